@@ -1,0 +1,1 @@
+"""A job-queue broker: tasks in the database, an HTTP API, leases, retries and a dead-letter queue."""

@@ -1,0 +1,89 @@
+"""Every error the API answers is JSON: {"error": "<sentence>", "fields": {...}}."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions
+from rest_framework.response import Response
+
+from broker.exceptions import BrokerError
+
+log = logging.getLogger(__name__)
+
+UNAVAILABLE = "The database cannot be reached; try again shortly."
+
+
+class ValidationFailed(BrokerError):
+    """The request has invalid fields."""
+
+    status_code = 400
+
+    def __init__(self, fields: dict[str, list[str]], message: str | None = None) -> None:
+        super().__init__(message or _summary(fields))
+        self.fields = fields
+
+
+def _summary(fields: dict[str, list[str]]) -> str:
+    name, messages = next(iter(fields.items()))
+    more = f" (and {len(fields) - 1} more field(s))" if len(fields) > 1 else ""
+    return f"Invalid {name}: {messages[0]}{more}"
+
+
+def flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error detail → {"jobs.3.max_attempts": ["..."]}."""
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            name = "body" if key == "non_field_errors" and not prefix else str(key)
+            out.update(flatten(value, f"{prefix}{name}" if not prefix else f"{prefix}.{name}"))
+        return out
+    if isinstance(detail, list):
+        if detail and all(isinstance(d, (dict, list)) for d in detail):
+            out = {}
+            for i, item in enumerate(detail):
+                out.update(flatten(item, f"{prefix}.{i}" if prefix else str(i)))
+            return out
+        return {prefix or "body": [str(d) for d in detail]}
+    return {prefix or "body": [str(detail)]}
+
+
+def error_body(message: str, fields: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": message}
+    if fields:
+        body["fields"] = fields
+    return body
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """REST_FRAMEWORK["EXCEPTION_HANDLER"]: the broker's errors and DRF's, as JSON."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, ValidationFailed):
+        return Response(error_body(exc.message, exc.fields), status=400)
+    if isinstance(exc, BrokerError):
+        return Response(error_body(exc.message), status=exc.status_code)
+    if isinstance(exc, DatabaseError):
+        log.warning("database error answered with 503: %s", exc)
+        return Response(error_body(UNAVAILABLE), status=503)
+    if isinstance(exc, Http404):
+        return Response(error_body("Not found."), status=404)
+    if isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if isinstance(exc, exceptions.ValidationError):
+        fields = flatten(exc.detail)
+        return Response(error_body(_summary(fields), fields), status=400)
+    if isinstance(exc, exceptions.APIException):
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(exc.wait)
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return Response(error_body(str(detail)), status=exc.status_code, headers=headers)
+    return None
+
+
+def json_error(status: int, message: str, **extra: Any) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)

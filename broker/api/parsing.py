@@ -1,0 +1,228 @@
+"""Request bodies and query strings → validated values; everything else is a 400 naming the field."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from django.http import HttpRequest
+from rest_framework import serializers
+
+from broker.api.errors import ValidationFailed
+from broker.queue import NewTask
+from broker.states import PRIORITY_BY_NAME
+
+QUEUE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+_QUEUE_RE = re.compile(QUEUE_PATTERN)
+MAX_DELAY_MS = 7 * 24 * 3600 * 1000
+MAX_WAIT_MS = 30_000
+MAX_LEASE_MS = 300_000
+DEFAULT_WAIT_MS = 20_000
+DEFAULT_LEASE_MS = 30_000
+MISSING: Any = object()
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text}")
+    return value
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_json(request: HttpRequest, *, required: bool = True) -> Any:
+    """The body as JSON, whatever Content-Type says (curl -d sends a form type)."""
+    raw = request.body
+    if not raw.strip():
+        if required:
+            raise ValidationFailed({"body": ["A JSON body is required."]}, "A JSON body is required.")
+        return MISSING
+    try:
+        return json.loads(raw, parse_float=_finite_float, parse_constant=_no_constants)
+    except (ValueError, RecursionError) as exc:
+        raise ValidationFailed(
+            {"body": [f"Not valid JSON: {exc}"]}, "The body is not valid JSON."
+        ) from exc
+
+
+def read_object(request: HttpRequest, *, required: bool = True) -> dict[str, Any]:
+    data = read_json(request, required=required)
+    if data is MISSING:
+        return {}
+    if not isinstance(data, dict):
+        raise ValidationFailed(
+            {"body": ["Expected a JSON object."]}, "The body must be a JSON object."
+        )
+    return data
+
+
+def dump_json(value: Any) -> str:
+    # ASCII escapes keep any string (U+0000, lone surrogates) storable in a text column.
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+# -- fields -----------------------------------------------------------------------------------
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer: no strings, no floats, no booleans."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string: numbers are not silently turned into text."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class AnyJSONField(serializers.Field):
+    """Any JSON value, null included, kept as JSON text."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is serializers.empty:
+            return super().validate_empty_values(data)
+        return (True, dump_json(data)) if data is None else (False, data)
+
+    def to_internal_value(self, data: Any) -> str:
+        return dump_json(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class StrictSerializer(serializers.Serializer):
+    """Unknown body fields are an error: a typo like `max_attempt` must not pass silently."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"body": ["Expected a JSON object."]})
+        unknown = [key for key in data if key not in self.fields]
+        if unknown:
+            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)
+
+    def create(self, validated_data: Any) -> Any:  # pragma: no cover -- parse only
+        raise NotImplementedError
+
+    def update(self, instance: Any, validated_data: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+
+class EnqueueSerializer(StrictSerializer):
+    payload = AnyJSONField(required=True)
+    max_attempts = StrictIntegerField(min_value=1, max_value=100, default=3)
+    delay_ms = StrictIntegerField(min_value=0, max_value=MAX_DELAY_MS, default=0)
+    queue = serializers.RegexField(
+        QUEUE_PATTERN,
+        default="default",
+        error_messages={"invalid": "Must match [A-Za-z0-9_.-]{1,64}."},
+    )
+    priority = serializers.ChoiceField(choices=list(PRIORITY_BY_NAME), default="normal")
+    type = StrictCharField(allow_null=True, required=False, default=None, max_length=64)
+    idempotency_key = StrictCharField(
+        allow_null=True, required=False, default=None, max_length=255
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        job_type = attrs.get("type")
+        if job_type is not None:
+            from workers.jobtypes import REGISTRY
+
+            spec = REGISTRY.get(job_type)
+            if spec is None:
+                raise serializers.ValidationError({"type": [f"Unknown job type {job_type!r}."]})
+            validate = getattr(spec, "validate", None)
+            problems = validate(json.loads(attrs["payload"])) if validate else None
+            if problems:
+                raise serializers.ValidationError(
+                    {f"payload.{name}": msgs for name, msgs in problems.items()}
+                )
+        return attrs
+
+
+def new_task(attrs: dict[str, Any]) -> NewTask:
+    return NewTask(
+        payload=attrs["payload"],
+        max_attempts=attrs["max_attempts"],
+        delay_ms=attrs["delay_ms"],
+        queue=attrs["queue"],
+        priority=PRIORITY_BY_NAME[attrs["priority"]],
+        type=attrs["type"],
+        idempotency_key=attrs["idempotency_key"],
+    )
+
+
+def parse_enqueue(data: Any) -> NewTask:
+    serializer = EnqueueSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    return new_task(serializer.validated_data)
+
+
+# -- query strings ----------------------------------------------------------------------------
+
+
+def query_int(
+    params: Any, name: str, default: int, *, minimum: int = 0, cap: int | None = None
+) -> int:
+    """A non-negative integer query parameter; values above `cap` are capped, not refused."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not raw.isascii():
+        raise ValidationFailed({name: ["Must be a non-negative integer."]})
+    value = int(raw)
+    if value < minimum:
+        raise ValidationFailed({name: [f"Must be at least {minimum}."]})
+    return min(value, cap) if cap is not None else value
+
+
+def queue_list(raw: str | list[str] | None, name: str = "queue") -> list[str] | None:
+    """`a,b` (or a JSON list) → ["a", "b"]; empty means every queue."""
+    if raw is None:
+        return None
+    names = raw if isinstance(raw, list) else [q for q in raw.split(",") if q.strip()]
+    bad = [q for q in names if not isinstance(q, str) or not _QUEUE_RE.match(q)]
+    if bad:
+        raise ValidationFailed({name: [f"Not a queue name: {bad[0]!r}."]})
+    return [q.strip() for q in names] or None
+
+
+def task_id(raw: str) -> int | None:
+    """A path id → the row's key, or None when it cannot be one of ours (→ 404)."""
+    if raw.isdigit() and raw.isascii() and len(raw) < 19 and str(int(raw)) == raw:
+        return int(raw)
+    return None
+
+
+def lease_id_from(request: HttpRequest, body: dict[str, Any]) -> str:
+    query_value = request.GET.get("lease_id")
+    body_value = body.get("lease_id")
+    if body_value is not None and not isinstance(body_value, str):
+        raise ValidationFailed({"lease_id": ["Must be a string."]})
+    if query_value and body_value and query_value != body_value:
+        raise ValidationFailed({"lease_id": ["Given twice, with different values."]})
+    value = query_value or body_value
+    if not value:
+        raise ValidationFailed({"lease_id": ["This field is required."]}, "lease_id is required.")
+    return value
+
+
+def only_fields(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = [key for key in body if key not in allowed]
+    if unknown:
+        raise ValidationFailed({key: ["Unknown field."] for key in unknown})

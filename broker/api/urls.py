@@ -1,0 +1,17 @@
+"""The API's routes, without trailing slashes as API.md writes them."""
+from django.urls import path
+
+from broker.api import views
+
+urlpatterns = [
+    path("jobs", views.JobsView.as_view()),
+    path("jobs/next", views.ClaimView.as_view()),
+    path("jobs/<str:task_id>", views.TaskView.as_view()),
+    path("jobs/<str:task_id>/ack", views.AckView.as_view()),
+    path("jobs/<str:task_id>/nack", views.NackView.as_view()),
+    path("jobs/<str:task_id>/extend", views.ExtendView.as_view()),
+    path("stats", views.StatsView.as_view()),
+    path("dlq", views.DeadLetterView.as_view()),
+    path("dlq/<str:task_id>/requeue", views.RequeueView.as_view()),
+    path("healthz", views.HealthView.as_view()),
+]

@@ -1,0 +1,150 @@
+"""The HTTP API: each view parses, calls one `broker.queue` function, and serializes."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.http import HttpRequest
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from broker import queue
+from broker.api import parsing
+from broker.api.errors import UNAVAILABLE, error_body
+from broker.api.representation import delivery, timestamp
+from broker.exceptions import TaskNotFound
+from broker.longpoll import claim_wait, socket_gone
+from broker.models import Task
+
+WORKER_HEADER = "HTTP_X_BROKER_WORKER"
+
+
+def _task_pk(raw: str) -> int:
+    pk = parsing.task_id(raw)
+    if pk is None:
+        raise TaskNotFound("No such task.")
+    return pk
+
+
+def worker_identity(request: HttpRequest) -> str | None:
+    value = request.META.get(WORKER_HEADER)
+    return value[:255] if value else None
+
+
+class JobsView(APIView):
+    """POST /jobs enqueues; GET /jobs lists."""
+
+    def post(self, request: Request) -> Response:
+        spec = parsing.parse_enqueue(parsing.read_object(request))
+        pk, created = queue.enqueue(spec)
+        return Response(
+            {"id": str(pk)}, status=201 if created else 200, headers={"Location": f"/jobs/{pk}"}
+        )
+
+    def get(self, request: Request) -> Response:
+        from broker.api.listing import list_tasks
+
+        return list_tasks(request, Task.objects.all())
+
+
+class ClaimView(APIView):
+    """GET /jobs/next: the long-poll claim."""
+
+    def get(self, request: Request) -> Response:
+        params = request.GET
+        wait_ms = parsing.query_int(
+            params, "wait_ms", parsing.DEFAULT_WAIT_MS, cap=parsing.MAX_WAIT_MS
+        )
+        lease_ms = parsing.query_int(
+            params, "lease_ms", parsing.DEFAULT_LEASE_MS, minimum=1, cap=parsing.MAX_LEASE_MS
+        )
+        queues = parsing.queue_list(params.get("queue"))
+        got = claim_wait(
+            queues,
+            lease_ms=lease_ms,
+            wait_ms=wait_ms,
+            worker=worker_identity(request),
+            gone=socket_gone(request.META.get("gunicorn.socket")),
+        )
+        if not got:
+            return Response(status=204)
+        return Response(delivery(got[0]))
+
+
+class AckView(APIView):
+    def post(self, request: Request, task_id: str) -> Response:
+        body = parsing.read_object(request, required=False)
+        parsing.only_fields(body, {"lease_id", "result"})
+        lease_id = parsing.lease_id_from(request, body)
+        queue.ack(_task_pk(task_id), lease_id=lease_id, result=body.get("result"))
+        return Response(status=204)
+
+
+class NackView(APIView):
+    def post(self, request: Request, task_id: str) -> Response:
+        body = parsing.read_object(request, required=False)
+        parsing.only_fields(body, {"lease_id", "error"})
+        lease_id = parsing.lease_id_from(request, body)
+        error = body.get("error")
+        if error is not None and not isinstance(error, str):
+            raise parsing.ValidationFailed({"error": ["Must be a string."]})
+        queue.nack(_task_pk(task_id), lease_id=lease_id, error=error)
+        return Response(status=204)
+
+
+class ExtendView(APIView):
+    def post(self, request: Request, task_id: str) -> Response:
+        body = parsing.read_object(request, required=False)
+        parsing.only_fields(body, {"lease_id", "lease_ms"})
+        lease_id = parsing.lease_id_from(request, body)
+        params: dict[str, Any] = {"lease_ms": request.GET.get("lease_ms")}
+        if "lease_ms" in body:
+            params["lease_ms"] = str(body["lease_ms"]) if type(body["lease_ms"]) is int else "x"
+        lease_ms = parsing.query_int(
+            params, "lease_ms", parsing.DEFAULT_LEASE_MS, minimum=1, cap=parsing.MAX_LEASE_MS
+        )
+        deadline = queue.extend(_task_pk(task_id), lease_id=lease_id, lease_ms=lease_ms)
+        return Response({"deadline": timestamp(deadline)})
+
+
+class TaskView(APIView):
+    """GET /jobs/{id} shows one task; DELETE cancels it."""
+
+    def get(self, request: Request, task_id: str) -> Response:
+        from broker.api.listing import one_task
+
+        return Response(one_task(_task_pk(task_id)))
+
+    def delete(self, request: Request, task_id: str) -> Response:
+        queue.cancel(_task_pk(task_id))
+        return Response(status=204)
+
+
+class StatsView(APIView):
+    def get(self, request: Request) -> Response:
+        overall, per_queue = queue.gauges()
+        return Response({**overall, "totals": queue.totals(), "queues": per_queue})
+
+
+class DeadLetterView(APIView):
+    def get(self, request: Request) -> Response:
+        from broker.api.listing import list_tasks
+
+        return list_tasks(request, Task.objects.dead(), allow_filters=("queue", "type"))
+
+
+class RequeueView(APIView):
+    def post(self, request: Request, task_id: str) -> Response:
+        queue.requeue(_task_pk(task_id))
+        return Response(status=204)
+
+
+class HealthView(APIView):
+    def get(self, request: Request) -> Response:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+        except Exception:  # noqa: BLE001 -- any failure to reach the database is "unhealthy"
+            return Response({**error_body(UNAVAILABLE), "status": "unavailable"}, status=503)
+        return Response({"status": "ok"})

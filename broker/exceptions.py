@@ -1,0 +1,39 @@
+"""The broker's errors; each knows its HTTP status, and its docstring is the default message."""
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """The broker could not do that."""
+
+    status_code = 400
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class TaskNotFound(BrokerError):
+    """No such task in the state this call needs."""
+
+    status_code = 404
+
+
+class LeaseMismatch(BrokerError):
+    """The task is handed out under another lease."""
+
+    status_code = 409
+
+
+class InvalidTransition(BrokerError):
+    """The task is not in a state this call can move it from."""
+
+    status_code = 409
+
+
+class DatabaseUnavailable(BrokerError):
+    """The database cannot be reached; try again shortly."""
+
+    status_code = 503

@@ -1,0 +1,81 @@
+"""A claim that waits: park without a database connection until woken, the wait ends, or the
+client goes away (a client that left is never handed a task: it would burn an attempt)."""
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from django.db import connection
+
+from broker import queue
+from broker.queue import Delivery
+from broker.wakeup import hub
+
+# How often a parked claim looks at its socket; a syscall, no database work.
+GONE_CHECK_S = 0.5
+# How often a parked claim polls the database itself while the hub cannot listen.
+DEGRADED_POLL_S = 0.25
+
+
+def socket_gone(sock: socket.socket | None) -> Callable[[], bool]:
+    """A check that tells whether the client closed its end of `sock` (False if unknowable)."""
+    if sock is None:
+        return lambda: False
+
+    def gone() -> bool:
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except ValueError:  # TLS sockets refuse flags: cannot tell, assume present
+            return False
+        except OSError:
+            return True
+
+    return gone
+
+
+def claim_wait(
+    queues: list[str] | None,
+    *,
+    lease_ms: int,
+    wait_ms: int,
+    limit: int = 1,
+    worker: str | None = None,
+    gone: Callable[[], bool] = lambda: False,
+) -> list[Delivery]:
+    """Claim up to `limit` tasks, waiting up to `wait_ms` for the first to become ready."""
+    deadline = time.monotonic() + wait_ms / 1000
+    if wait_ms <= 0:
+        return queue.claim(queues, lease_ms, limit, worker)
+    # Park before the first look, so a task that becomes ready between the look and the park
+    # still wakes us.
+    waiter = hub.park(frozenset(queues) if queues else None)
+    try:
+        while True:
+            waiter.event.clear()
+            if gone():
+                return []
+            got = queue.claim(queues, lease_ms, limit, worker)
+            if got:
+                return got
+            # Give the connection back (to the pool on PostgreSQL) for the whole wait; not when a
+            # caller's transaction holds it (tests, transactional callers).
+            if not connection.in_atomic_block:
+                connection.close()
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                tick = GONE_CHECK_S if hub.listening or connection.vendor != "postgresql" else (
+                    DEGRADED_POLL_S
+                )
+                if waiter.event.wait(min(remaining, tick)):
+                    break
+                if gone():
+                    return []
+                if connection.vendor == "postgresql" and not hub.listening:
+                    break
+    finally:
+        hub.unpark(waiter)

@@ -1,0 +1,44 @@
+"""python manage.py runsweeper [--interval-ms 250] [--once]"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import DatabaseError, connection
+
+from broker.sweeper import sweep_once
+
+log = logging.getLogger("broker.sweeper")
+
+
+class Command(BaseCommand):
+    help = "Reclaim expired leases, promote delayed tasks whose time came, and wake claimers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--interval-ms", type=int, default=None)
+        parser.add_argument("--once", action="store_true", help="Sweep once and exit.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        interval_ms = options["interval_ms"] or settings.BROKER_SWEEP_INTERVAL_MS
+        if options["once"]:
+            result = sweep_once()
+            self.stdout.write(f"reclaimed {result.reclaimed}, promoted {result.promoted}")
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        self.stdout.write(f"sweeper running every {interval_ms} ms")
+        self.stdout.flush()
+        while not stop.is_set():
+            try:
+                sweep_once()
+            except DatabaseError as exc:
+                # The database went away: drop the connection and try again next tick.
+                log.warning("sweep failed: %s", exc)
+                connection.close()
+            stop.wait(interval_ms / 1000)
+        self.stdout.write("sweeper stopped")

@@ -1,0 +1,126 @@
+"""Tasks, their error history and the lifetime counters."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+from django.db.models import Q
+
+from broker.states import Priority, State
+
+COUNTER_SHARDS = 16
+
+
+class TaskQuerySet(models.QuerySet):
+    """Adjectives for the queries the state machine and the views share."""
+
+    def ready(self, queues: list[str] | None = None) -> TaskQuerySet:
+        qs = self.filter(state=State.READY)
+        return qs.filter(queue__in=queues) if queues else qs
+
+    def claim_order(self) -> TaskQuerySet:
+        # Must match the claim indexes' column order, so the claim is an index range scan.
+        return self.order_by("priority", "available_at", "id")
+
+    def expired(self, now: datetime) -> TaskQuerySet:
+        return self.filter(state=State.HANDED_OUT, lease_deadline__lt=now)
+
+    def due(self, now: datetime) -> TaskQuerySet:
+        return self.filter(state=State.DELAYED, available_at__lte=now)
+
+    def dead(self) -> TaskQuerySet:
+        return self.filter(state=State.DEAD)
+
+    def lock_skipping_locked(self) -> TaskQuerySet:
+        """Rows nobody else is moving; call inside a short transaction."""
+        return self.select_for_update(skip_locked=True)
+
+
+class Task(models.Model):
+    """One unit of work. Only `broker.queue` writes `state`, `attempts` and the lease."""
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
+    queue = models.CharField(max_length=64, default="default")
+    priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    type = models.CharField(max_length=64, null=True, blank=True)
+    # JSON as text, not jsonb: PostgreSQL's jsonb cannot hold U+0000, and the contract says a
+    # payload comes back exactly as sent.
+    payload = models.TextField()
+    result = models.TextField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    available_at = models.DateTimeField()
+    lease_id = models.CharField(max_length=32, null=True, blank=True)
+    lease_deadline = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=255, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    last_error = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The claim: partial on ready, so 10 or 10 million finished rows cost the same.
+            models.Index(
+                fields=["priority", "available_at", "id"],
+                condition=Q(state="ready"),
+                name="task_claim_idx",
+            ),
+            models.Index(
+                fields=["queue", "priority", "available_at", "id"],
+                condition=Q(state="ready"),
+                name="task_claim_queue_idx",
+            ),
+            models.Index(
+                fields=["lease_deadline"], condition=Q(state="handed_out"), name="task_lease_idx"
+            ),
+            models.Index(
+                fields=["available_at"], condition=Q(state="delayed"), name="task_delayed_idx"
+            ),
+            models.Index(fields=["updated_at"], condition=Q(state="dead"), name="task_dead_idx"),
+            # Gauges and per-queue counts read only the live states' slice of this index.
+            models.Index(fields=["state", "queue"], name="task_state_queue_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.pk} ({self.state})"
+
+
+class TaskError(models.Model):
+    """The error of one failed attempt; a task keeps all of them."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="error_history")
+    attempt = models.PositiveSmallIntegerField()
+    at = models.DateTimeField()
+    error = models.TextField()
+
+    class Meta:
+        ordering = ["task_id", "id"]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} attempt {self.attempt}: {self.error[:60]}"
+
+
+class CounterShard(models.Model):
+    """One shard of the lifetime counters; the totals are the sum over all shards.
+
+    Sharded so that concurrent transitions do not queue up behind one hot row lock.
+    """
+
+    shard = models.SmallIntegerField(primary_key=True)
+    enqueued = models.BigIntegerField(default=0)
+    delivered = models.BigIntegerField(default=0)
+    acked = models.BigIntegerField(default=0)
+    nacked = models.BigIntegerField(default=0)
+    reclaimed = models.BigIntegerField(default=0)
+    retried = models.BigIntegerField(default=0)
+    buried = models.BigIntegerField(default=0)
+    requeued = models.BigIntegerField(default=0)
+    cancelled = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"counter shard {self.shard}"
+

@@ -1,0 +1,88 @@
+"""Task states, the transition table and retry backoff: pure, no queries, no settings."""
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+from django.db import models
+
+
+class State(models.TextChoices):
+    """Where a task is; a task is always in exactly one state."""
+
+    READY = "ready", "ready"
+    """Waiting to be claimed."""
+    HANDED_OUT = "handed_out", "handed out"
+    """Claimed by a worker under a lease, not yet acked or nacked."""
+    DELAYED = "delayed", "delayed"
+    """Waiting out delay_ms or a retry backoff; becomes ready at available_at."""
+    DEAD = "dead", "dead"
+    """Out of attempts: the dead-letter queue."""
+    DONE = "done", "done"
+    """Acked."""
+    CANCELLED = "cancelled", "cancelled"
+    """Cancelled through DELETE /jobs/{id}."""
+
+
+GAUGE_STATES = (State.READY, State.HANDED_OUT, State.DELAYED, State.DEAD)
+FINISHED_STATES = (State.DONE, State.CANCELLED)
+
+COUNTERS = (
+    "enqueued",
+    "delivered",
+    "acked",
+    "nacked",
+    "reclaimed",
+    "retried",
+    "buried",
+    "requeued",
+    "cancelled",
+)
+
+# event: (from states, to state, counters moved). nack and reclaim fork on attempts left:
+# the "retry" and "bury" halves each move their own counter as well.
+TRANSITIONS: dict[str, tuple[frozenset[str], str | None, tuple[str, ...]]] = {
+    "enqueue": (frozenset(), State.READY, ("enqueued",)),
+    "enqueue_delayed": (frozenset(), State.DELAYED, ("enqueued",)),
+    "claim": (frozenset({State.READY}), State.HANDED_OUT, ("delivered",)),
+    "ack": (frozenset({State.HANDED_OUT}), State.DONE, ("acked",)),
+    "nack_retry": (frozenset({State.HANDED_OUT}), State.DELAYED, ("nacked", "retried")),
+    "nack_bury": (frozenset({State.HANDED_OUT}), State.DEAD, ("nacked", "buried")),
+    "reclaim_retry": (frozenset({State.HANDED_OUT}), State.DELAYED, ("reclaimed", "retried")),
+    "reclaim_bury": (frozenset({State.HANDED_OUT}), State.DEAD, ("reclaimed", "buried")),
+    "promote": (frozenset({State.DELAYED}), State.READY, ()),
+    "requeue": (frozenset({State.DEAD}), State.READY, ("requeued",)),
+    "cancel": (
+        frozenset({State.READY, State.DELAYED, State.HANDED_OUT}),
+        State.CANCELLED,
+        ("cancelled",),
+    ),
+}
+
+
+class Priority(models.IntegerChoices):
+    """Claim order: lower value first, so one ascending index serves the claim."""
+
+    HIGH = 0, "high"
+    NORMAL = 1, "normal"
+    LOW = 2, "low"
+
+
+PRIORITY_BY_NAME = {p.label: p.value for p in Priority}
+PRIORITY_NAMES = {p.value: p.label for p in Priority}
+
+
+class _Uniform(Protocol):
+    def uniform(self, a: float, b: float) -> float: ...
+
+
+def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rng: _Uniform = random) -> int:
+    """Delay before the retry that follows the `attempt`-th failure (equal jitter).
+
+    base = min(cap, base_ms * 2^(attempt-1)); the delay is base/2 + uniform(0, base/2).
+    """
+    exponent = max(attempt - 1, 0)
+    # Cap the exponent before the power: attempt may be up to 100.
+    base = cap_ms if exponent >= 62 else min(cap_ms, base_ms * (1 << exponent))
+    half = base / 2
+    return int(half + rng.uniform(0, half))

@@ -1,0 +1,60 @@
+"""Shared fixtures: API client, task factory, database-kind markers."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from broker import queue
+from broker.queue import NewTask
+
+
+def _on_postgres() -> bool:
+    return os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_slow = os.environ.get("RUN_SLOW") == "1"
+    for item in items:
+        if not _on_postgres() and ("postgres" in item.keywords or "e2e" in item.keywords):
+            item.add_marker(
+                pytest.mark.skip(reason="needs PostgreSQL: DATABASE_URL is not postgres://")
+            )
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(pytest.mark.skip(reason="slow fault test: RUN_SLOW=1 runs it (.ci/run)"))
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def enqueue_task():
+    """Make a task through the state machine: enqueue_task(payload=..., **NewTask fields)."""
+
+    def make(payload: Any = None, **fields: Any) -> int:
+        from broker.api.parsing import dump_json
+
+        pk, _ = queue.enqueue(NewTask(payload=dump_json(payload or {"n": 1}), **fields))
+        return pk
+
+    return make
+
+
+def assert_invariant() -> None:
+    totals = queue.totals()
+    assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"], totals
+
+
+@pytest.fixture
+def db_url(transactional_db: None) -> str:
+    """A DATABASE_URL naming the test database, for child processes."""
+    s = connection.settings_dict
+    if connection.vendor == "postgresql":
+        host, port = s["HOST"] or "127.0.0.1", s["PORT"] or "5432"
+        return f"postgres://{s['USER']}@{host}:{port}/{s['NAME']}"
+    return f"sqlite:///{s['NAME']}"

@@ -1,0 +1,1 @@
+"""Workers that claim tasks from the broker over HTTP, and the commands that run them."""

@@ -1,0 +1,1 @@
+"""runworker and produce."""
