@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections import deque
 
 from django.db import connection, transaction
@@ -46,6 +45,7 @@ class Hub:
         self._waiters: deque[Waiter] = deque()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._stop = threading.Event()
         self.listening = False
 
     # -- waiters ------------------------------------------------------------------------------
@@ -107,9 +107,18 @@ class Hub:
             self._thread = threading.Thread(target=target, name="broker-wakeup", daemon=True)
             self._thread.start()
 
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread and close its connection (tests drop their database afterwards)."""
+        self._stop.set()
+        if self._thread is not None and self._pid == os.getpid():
+            self._thread.join(timeout)
+        self._thread = None
+        self._stop = threading.Event()
+        self.listening = False
+
     def _poll_forever(self) -> None:
-        while True:
-            time.sleep(POLL_INTERVAL_S)
+        stop = self._stop
+        while not stop.wait(POLL_INTERVAL_S):
             self._poll_once()
 
     def _poll_once(self) -> None:
@@ -132,8 +141,9 @@ class Hub:
 
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
+        stop = self._stop
         backoff = 0.1
-        while True:
+        while not stop.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
@@ -141,15 +151,18 @@ class Hub:
                     backoff = 0.1
                     # Anything sent while we were not listening is lost: let everyone look.
                     self.wake_all()
-                    while True:
-                        for note in conn.notifies(timeout=5.0):
+                    while not stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
                             self._on_notify(note.payload)
             except Exception as exc:  # noqa: BLE001 -- reconnect whatever went wrong
                 self.listening = False
+                if stop.is_set():
+                    break
                 log.warning("wake-up listener lost its connection (%s); retrying", exc)
                 self._poll_once()
-                time.sleep(backoff)
+                stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
+        self.listening = False
 
     def _on_notify(self, payload: str) -> None:
         queue, _, count = payload.rpartition(":")

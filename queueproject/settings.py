@@ -1,4 +1,5 @@
 """Settings: the only module that reads the environment (django-environ)."""
+import warnings
 from pathlib import Path
 
 import environ
@@ -106,8 +107,10 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-# Serve app static files straight from their folders: no collectstatic step for `make run`.
+# Serve app static files straight from their folders: no collectstatic step for `make run`
+# (so STATIC_ROOT may not exist, which WhiteNoise would otherwise warn about).
 WHITENOISE_USE_FINDERS = True
+warnings.filterwarnings("ignore", message="No directory at", module="whitenoise")
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["broker.api.renderers.FastJSONRenderer"],

@@ -58,3 +58,12 @@ def db_url(transactional_db: None) -> str:
         host, port = s["HOST"] or "127.0.0.1", s["PORT"] or "5432"
         return f"postgres://{s['USER']}@{host}:{port}/{s['NAME']}"
     return f"sqlite:///{s['NAME']}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_wakeup_hub(django_db_setup: None) -> Any:
+    """The hub's LISTEN connection must be gone before the test database is dropped."""
+    yield
+    from broker.wakeup import hub
+
+    hub.stop()

@@ -1,0 +1,71 @@
+"""Many producers and claimers at once, on PostgreSQL: each task acked exactly once."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from broker import queue
+from tests.conftest import assert_invariant
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+TASKS, PRODUCERS, CLAIMERS = 2000, 50, 6
+
+
+def test_contention__2000_tasks_50_producers_6_claimers__each_acked_once() -> None:
+    acked: list[str] = []
+    acked_lock = threading.Lock()
+    producing = threading.Event()
+    producing.set()
+    errors: list[str] = []
+
+    def produce(start: int) -> None:
+        client = Client()
+        try:
+            for i in range(start, TASKS, PRODUCERS):
+                r = client.post("/jobs", {"payload": {"i": i}}, content_type="application/json")
+                if r.status_code != 201:
+                    errors.append(f"enqueue {i}: {r.status_code} {r.content!r}")
+        finally:
+            connection.close()
+
+    def claim_and_ack() -> None:
+        client = Client()
+        try:
+            while True:
+                r = client.get("/jobs/next", {"wait_ms": 200, "lease_ms": 60000})
+                if r.status_code == 204:
+                    if not producing.is_set() and queue.gauges()[0]["ready"] == 0:
+                        return
+                    continue
+                body = r.json()
+                task_id, lease = body["task"]["id"], body["lease_id"]
+                a = client.post(f"/jobs/{task_id}/ack?lease_id={lease}")
+                if a.status_code != 204:
+                    errors.append(f"ack {task_id}: {a.status_code}")
+                with acked_lock:
+                    acked.append(body["task"]["payload"]["i"])
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(CLAIMERS) as claimers:
+        claim_futures = [claimers.submit(claim_and_ack) for _ in range(CLAIMERS)]
+        with ThreadPoolExecutor(PRODUCERS) as producers:
+            list(producers.map(produce, range(PRODUCERS)))
+        producing.clear()
+        for f in claim_futures:
+            f.result(timeout=120)
+
+    assert errors == []
+    counts = Counter(acked)
+    assert sorted(counts) == list(range(TASKS))
+    assert max(counts.values()) == 1
+    totals = queue.totals()
+    assert totals["enqueued"] == totals["acked"] == totals["delivered"] == TASKS
+    assert queue.gauges()[0] == {"ready": 0, "handed_out": 0, "delayed": 0, "dead": 0}
+    assert_invariant()

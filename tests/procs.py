@@ -1,0 +1,151 @@
+"""Real processes for tests: gunicorn, runsweeper, runworker, produce on free ports, killed by PID."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(db_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=db_url,
+        DEBUG="False",
+        SECRET_KEY="test-only-secret-key",
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        PYTHONUNBUFFERED="1",
+        LOG_LEVEL=extra.pop("LOG_LEVEL", "WARNING"),
+    )
+    env.update(extra)
+    return env
+
+
+class Proc:
+    """A child process with its output in a file, stopped by PID."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args, self.log_path = args, log
+        self._log = open(log, "wb")  # noqa: SIM115 -- closed in stop()
+        self.popen = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def send(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        """The process and its children (gunicorn's workers)."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def stop(self, timeout: float = 10) -> None:
+        if self.popen.poll() is None:
+            self.kill_group(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill_group(signal.SIGKILL)
+                self.popen.wait(5)
+        else:
+            self.kill_group(signal.SIGKILL)  # orphans of a dead master
+        self._log.close()
+
+
+def http(
+    method: str, url: str, body: Any = None, timeout: float = 10, headers: dict | None = None
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 -- loopback only
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        return err.code, json.loads(raw) if raw else None
+
+
+def wait_until(check: Any, timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@contextmanager
+def gunicorn(db_url: str, tmp: Path, name: str = "broker", **env: str) -> Iterator[str]:
+    """A broker from gunicorn.conf.py on a free port; yields its base URL."""
+    port = free_port()
+    proc = Proc(
+        [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}", "--workers",
+         env.pop("WORKERS", "2")],
+        child_env(db_url, **env),
+        tmp / f"{name}.log",
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(base, proc), 30, 0.1, f"{name} to answer /healthz")
+        yield base
+    finally:
+        proc.stop()
+
+
+def _healthy(base: str, proc: Proc) -> bool:
+    if proc.popen.poll() is not None:
+        raise AssertionError(f"gunicorn exited early:\n{proc.output()}")
+    try:
+        return http("GET", f"{base}/healthz", timeout=1)[0] == 200
+    except OSError:
+        return False
+
+
+def manage(args: list[str], db_url: str, tmp: Path, name: str, **env: str) -> Proc:
+    return Proc([sys.executable, "manage.py", *args], child_env(db_url, **env), tmp / f"{name}.log")
+
+
+@contextmanager
+def running(proc: Proc) -> Iterator[Proc]:
+    try:
+        yield proc
+    finally:
+        proc.stop()
