@@ -42,3 +42,7 @@ lint: $(STAMP)
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# Throughput and wake-up latency on a fresh PostgreSQL database (not a test; prints a table).
+bench: $(STAMP)
+	$(PY) bench/bench.py

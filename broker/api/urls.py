@@ -1,11 +1,15 @@
 """The API's routes, without trailing slashes as API.md writes them."""
 from django.urls import path
 
-from broker.api import views
+from broker.api import batch, views
 
 urlpatterns = [
     path("jobs", views.JobsView.as_view()),
     path("jobs/next", views.ClaimView.as_view()),
+    path("jobs/batch", batch.EnqueueBatchView.as_view()),
+    path("jobs/claim", batch.ClaimBatchView.as_view()),
+    path("jobs/ack", batch.AckBatchView.as_view()),
+    path("jobs/nack", batch.NackBatchView.as_view()),
     path("jobs/<str:task_id>", views.TaskView.as_view()),
     path("jobs/<str:task_id>/ack", views.AckView.as_view()),
     path("jobs/<str:task_id>/nack", views.NackView.as_view()),

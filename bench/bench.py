@@ -1,0 +1,232 @@
+"""make bench: the broker's throughput and wake-up latency on a fresh PostgreSQL database.
+
+Starts gunicorn from gunicorn.conf.py (plus a second broker process for the cross-process wake test)
+and the sweeper, then measures with http.client (one keep-alive connection per thread) and prints a
+table; the figures also go to bench-out/bench.json. Not a test: nothing here passes or fails.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+N = int(os.environ.get("BENCH_N", "5000"))
+BULK_N = int(os.environ.get("BENCH_BULK_N", "20000"))
+FINISHED_ROWS = int(os.environ.get("BENCH_FINISHED_ROWS", "1000000"))
+WAKE_N = int(os.environ.get("BENCH_WAKE_N", "200"))
+PRODUCERS = int(os.environ.get("BENCH_PRODUCERS", "4"))
+WORKERS = 3
+
+
+class Conn:
+    """One keep-alive HTTP connection: the leanest client the standard library has."""
+
+    def __init__(self, port: int) -> None:
+        self.c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def call(self, method: str, path: str, body: object = None) -> tuple[int, object]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        self.c.request(method, path, data, headers)
+        resp = self.c.getresponse()
+        raw = resp.read()
+        return resp.status, (json.loads(raw) if raw else None)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_healthy(port: int) -> None:
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        try:
+            if Conn(port).call("GET", "/healthz")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"broker on :{port} did not come up")
+
+
+def rss_mb(proc: subprocess.Popen) -> float:
+    p = psutil.Process(proc.pid)
+    return sum(x.memory_info().rss for x in [p, *p.children(recursive=True)]) / 2**20
+
+
+def in_threads(n: int, target: Callable[[int], None]) -> float:
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def enqueue_single(port: int, n: int) -> float:
+    def producer(i: int) -> None:
+        c = Conn(port)
+        for k in range(i, n, PRODUCERS):
+            status, _ = c.call("POST", "/jobs", {"payload": {"line": f"hello {k}"}})
+            assert status == 201, status
+
+    return n / in_threads(PRODUCERS, producer)
+
+
+def enqueue_bulk(port: int, n: int) -> float:
+    def producer(i: int) -> None:
+        c = Conn(port)
+        for start_at in range(i * 500, n, 2 * 500):
+            jobs = [{"payload": {"line": f"hello {k}"}} for k in range(start_at, start_at + 500)]
+            status, _ = c.call("POST", "/jobs/batch", {"jobs": jobs})
+            assert status == 201, status
+
+    return n / in_threads(2, producer)
+
+
+def drain(port: int, n: int, batch: bool) -> float:
+    """Three worker threads until n tasks are acked; rate from the first to the last ack."""
+    done = 0
+    lock = threading.Lock()
+    stamps: list[float] = []
+
+    def worker(_: int) -> None:
+        nonlocal done
+        c = Conn(port)
+        while True:
+            with lock:
+                if done >= n:
+                    return
+            if batch:
+                status, body = c.call("POST", "/jobs/claim", {"max": 10, "wait_ms": 500})
+                if status == 204:
+                    continue
+                acks = [{"id": d["task"]["id"], "lease_id": d["lease_id"]}
+                        for d in body["deliveries"]]
+                c.call("POST", "/jobs/ack", {"acks": acks})
+                got = len(acks)
+            else:
+                status, body = c.call("GET", "/jobs/next?wait_ms=500")
+                if status == 204:
+                    continue
+                c.call("POST", f"/jobs/{body['task']['id']}/ack?lease_id={body['lease_id']}")
+                got = 1
+            with lock:
+                done += got
+                stamps.append(time.perf_counter())
+
+    in_threads(WORKERS, worker)
+    return (n - 1) / (max(stamps) - min(stamps))
+
+
+def wake(parked_port: int, enqueue_port: int) -> tuple[float, float]:
+    claimer, producer = Conn(parked_port), Conn(enqueue_port)
+    samples = []
+    for i in range(WAKE_N):
+        box: dict[str, float] = {}
+
+        def park() -> None:
+            status, body = claimer.call("GET", "/jobs/next?wait_ms=5000")
+            box["at"] = time.perf_counter()
+            claimer.call("POST", f"/jobs/{body['task']['id']}/ack?lease_id={body['lease_id']}")
+
+        t = threading.Thread(target=park)
+        t.start()
+        time.sleep(0.02)
+        t0 = time.perf_counter()
+        producer.call("POST", "/jobs", {"payload": {"wake": i}})
+        t.join()
+        samples.append((box["at"] - t0) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[max(0, int(len(samples) * 0.99) - 1)]
+
+
+def fill_finished(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO broker_task (state, queue, priority, payload, attempts, max_attempts,
+                   available_at, created_at, updated_at)
+               SELECT 'done', 'default', 1, '{"line": "old"}', 1, 3, now(), now(), now()
+               FROM generate_series(1, %s)""",
+            [rows],
+        )
+        conn.execute("VACUUM ANALYZE broker_task")
+
+
+def main() -> None:
+    name = f"bench_broker_{int(time.time())}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = f"{PG}/{name}"
+    out = ROOT / "bench-out"
+    out.mkdir(exist_ok=True)
+    env = dict(os.environ, DATABASE_URL=dsn, DEBUG="False", SECRET_KEY="bench-only",
+               ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    port, port_b = free_port(), free_port()
+    procs = [
+        start([str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"], env, out / "gunicorn.log"),
+        start([str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port_b}", "--workers", "1"], env,
+              out / "gunicorn-b.log"),
+        start([sys.executable, "manage.py", "runsweeper"], env, out / "sweeper.log"),
+    ]
+    results: dict[str, object] = {"n": N, "bulk_n": BULK_N, "finished_rows": FINISHED_ROWS}
+    try:
+        wait_healthy(port)
+        wait_healthy(port_b)
+        results["rss_mb_before"] = round(rss_mb(procs[0]), 1)
+        results["enqueue_single_per_s"] = round(enqueue_single(port, N))
+        results["drain_single_per_s"] = round(drain(port, N, batch=False))
+        results["enqueue_bulk_per_s"] = round(enqueue_bulk(port, BULK_N))
+        results["drain_batch_per_s"] = round(drain(port, BULK_N, batch=True))
+        p50, p99 = wake(port, port_b)
+        results["wake_p50_ms"], results["wake_p99_ms"] = round(p50, 2), round(p99, 2)
+        fill_finished(dsn, FINISHED_ROWS)
+        enqueue_single(port, N)
+        results["drain_single_1m_finished_per_s"] = round(drain(port, N, batch=False))
+        results["drain_1m_vs_empty"] = round(
+            results["drain_single_1m_finished_per_s"] / results["drain_single_per_s"], 2
+        )
+        results["rss_mb_after"] = round(rss_mb(procs[0]), 1)
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGINT)
+        for p in procs:
+            p.wait(30)
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    width = max(len(k) for k in results)
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value}")  # noqa: T201 -- the benchmark's table
+    print(f"(also in {out / 'bench.json'})")  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()
