@@ -12,14 +12,16 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Sum
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from broker import observe, pgsql
 from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound
 from broker.models import COUNTER_SHARDS, CounterShard, Task, TaskError
 from broker.states import COUNTERS, GAUGE_STATES, State, backoff_ms
@@ -73,6 +75,24 @@ def _why_not_held(task_id: int, lease_id: str) -> Exception:
     return TaskNotFound("The task is not handed out (unknown, reclaimed, cancelled or finished).")
 
 
+def _kept_error(error: str | None) -> str:
+    """A nack's error as stored (see _storable)."""
+    return _storable(error) if error else NO_ERROR_GIVEN
+
+
+def _storable(text: str) -> str:
+    """Text a PostgreSQL text column takes: U+0000 and lone surrogates (JSON can carry both)
+    become U+FFFD. A lease id so changed still matches no lease, as it did not before."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def _retry_delay(attempts: int) -> timedelta:
     return timedelta(
         milliseconds=backoff_ms(
@@ -106,6 +126,8 @@ def enqueue(spec: NewTask) -> tuple[int, bool]:
     Returns (id, created). With an idempotency key already kept, nothing is created and the first
     task's id comes back with created False; the unique index decides, so racing posts agree.
     """
+    if connection.vendor == "postgresql":
+        return _enqueue_pg(spec)
     for _ in range(3):
         try:
             with transaction.atomic():
@@ -114,7 +136,8 @@ def enqueue(spec: NewTask) -> tuple[int, bool]:
                 _bump(enqueued=1)
                 if row.state == State.READY:
                     announce({row.queue: 1})
-                return row.pk, True
+            observe.moved("new", row.state, task=row.pk, queue=row.queue, attempts=0)
+            return row.pk, True
         except IntegrityError:
             if spec.idempotency_key is None:
                 raise
@@ -129,15 +152,70 @@ def enqueue(spec: NewTask) -> tuple[int, bool]:
     raise IntegrityError("idempotency key kept changing hands")
 
 
+def _enqueue_pg(spec: NewTask) -> tuple[int, bool]:
+    """enqueue() on PostgreSQL: insert, count and NOTIFY in one statement (pgsql.ENQUEUE)."""
+    row = _new_row(spec, timezone.now())
+    params = {f.column: getattr(row, f.attname) for f in Task._meta.concrete_fields}
+    params["shard"] = random.randrange(COUNTER_SHARDS)  # noqa: S311
+    with connection.cursor() as cursor:
+        for _ in range(3):
+            cursor.execute(pgsql.ENQUEUE, params)
+            got = cursor.fetchone()
+            if got is not None:
+                observe.moved("new", row.state, task=got[0], queue=row.queue, attempts=0)
+                return got[0], True
+            # ON CONFLICT DO NOTHING: the key is kept by another task.
+            cursor.execute(
+                "SELECT id FROM broker_task WHERE idempotency_key = %s", [spec.idempotency_key]
+            )
+            existing = cursor.fetchone()
+            if existing is not None:
+                return existing[0], False
+    raise IntegrityError("idempotency key kept changing hands")
+
+
 def enqueue_many(specs: list[NewTask]) -> list[int]:
-    """Store many tasks in one transaction, all or nothing; returns their ids in order."""
-    now = timezone.now()
-    rows = [_new_row(spec, now) for spec in specs]
-    with transaction.atomic():
-        Task.objects.bulk_create(rows)
-        _bump(enqueued=len(rows))
-        announce(Counter(r.queue for r in rows if r.state == State.READY))
-    return [r.pk for r in rows]
+    """Store many tasks in one transaction, all or nothing; returns their ids in order.
+
+    An item whose idempotency key is already kept (or repeats an earlier item's) gets that
+    task's id and creates nothing, as a single enqueue would.
+    """
+    keys = {spec.idempotency_key for spec in specs if spec.idempotency_key is not None}
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                kept = dict(
+                    Task.objects.filter(idempotency_key__in=keys).values_list(
+                        "idempotency_key", "pk"
+                    )
+                ) if keys else {}
+                now = timezone.now()
+                rows: list[Task] = []
+                slots: list[Task | int] = []
+                by_key: dict[str, Task] = {}
+                for spec in specs:
+                    key = spec.idempotency_key
+                    if key in kept:
+                        slots.append(kept[key])
+                    elif key is not None and key in by_key:
+                        slots.append(by_key[key])
+                    else:
+                        row = _new_row(spec, now)
+                        rows.append(row)
+                        slots.append(row)
+                        if key is not None:
+                            by_key[key] = row
+                Task.objects.bulk_create(rows)
+                _bump(enqueued=len(rows))
+                announce(Counter(r.queue for r in rows if r.state == State.READY))
+        except IntegrityError:
+            if not keys:
+                raise
+            continue  # a racing enqueue took one of the keys: look again
+        for state, n in Counter(r.state for r in rows).items():
+            observe.moved("new", state, count=n)
+        return [slot if isinstance(slot, int) else slot.pk for slot in slots]
+    raise IntegrityError("idempotency keys kept changing hands")
 
 
 # -- claim, ack, nack, extend -----------------------------------------------------------------
@@ -151,6 +229,8 @@ def claim(
     On PostgreSQL, SKIP LOCKED lets concurrent claimers pass each other's rows instead of waiting;
     on SQLite the IMMEDIATE transaction holds the write lock from BEGIN.
     """
+    if connection.vendor == "postgresql":
+        return _claim_pg(queues, lease_ms, limit, worker)
     with transaction.atomic():
         rows = list(Task.objects.ready(queues).claim_order().lock_skipping_locked()[:limit])
         if not rows:
@@ -171,7 +251,47 @@ def claim(
     for row in rows:
         row.state, row.attempts, row.lease_id = State.HANDED_OUT, row.attempts + 1, lease_id
         row.lease_deadline, row.claimed_at, row.worker, row.updated_at = deadline, now, worker, now
+    _log_claim(rows)
     return [Delivery(row, lease_id, deadline) for row in rows]
+
+
+def _claim_pg(
+    queues: list[str] | None, lease_ms: int, limit: int, worker: str | None
+) -> list[Delivery]:
+    """claim() on PostgreSQL: pick, hand out and count in one statement (pgsql.CLAIM_*)."""
+    now = timezone.now()
+    lease_id = uuid.uuid4().hex
+    deadline = now + timedelta(milliseconds=lease_ms)
+    params = {
+        "queues": queues, "limit": limit, "lease_id": lease_id, "deadline": deadline,
+        "now": now, "worker": worker, "shard": random.randrange(COUNTER_SHARDS),  # noqa: S311
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(pgsql.CLAIM_QUEUES if queues else pgsql.CLAIM_ANY, params)
+        found = cursor.fetchall()
+    if not found:
+        return []
+    rows = [
+        Task(
+            pk=pk, state=State.HANDED_OUT, payload=payload, attempts=attempts,
+            max_attempts=max_attempts, queue=queue_name, priority=priority, type=type_,
+            created_at=created_at, available_at=available_at, lease_id=lease_id,
+            lease_deadline=deadline, claimed_at=now, worker=worker, updated_at=now,
+        )
+        for pk, payload, attempts, max_attempts, queue_name, priority, type_, created_at,
+        available_at in found
+    ]
+    _log_claim(rows)
+    return [Delivery(row, lease_id, deadline) for row in rows]
+
+
+def _log_claim(rows: list[Task]) -> None:
+    if len(rows) == 1:
+        first = rows[0]
+        observe.moved(State.READY, State.HANDED_OUT, task=first.pk, queue=first.queue,
+                      attempts=first.attempts)
+    else:
+        observe.moved(State.READY, State.HANDED_OUT, count=len(rows))
 
 
 def ack(task_id: int, *, lease_id: str, result: Any = None) -> None:
@@ -180,20 +300,67 @@ def ack(task_id: int, *, lease_id: str, result: Any = None) -> None:
     Raises TaskNotFound (404) unless the task is handed out; LeaseMismatch (409) if under
     another lease.
     """
+    now = timezone.now()
+    lease_id = _storable(lease_id)
+    if connection.vendor == "postgresql":
+        return _ack_pg(task_id, lease_id, result, now)
     with transaction.atomic():
-        moved = Task.objects.filter(
-            pk=task_id, state=State.HANDED_OUT, lease_id=lease_id
-        ).update(
-            state=State.DONE,
-            result=None if result is None else json.dumps(result),
-            lease_id=None,
-            lease_deadline=None,
-            worker=None,
-            updated_at=timezone.now(),
-        )
-        if not moved:
+        row = _ack_returning(task_id, lease_id, None if result is None else json.dumps(result), now)
+        if row is None:
             raise _why_not_held(task_id, lease_id)
-        _bump(acked=1)
+        queue_name, attempts, claimed_at = row
+        _bump(acked=1, **observe.duration_deltas(_aware(claimed_at), now))
+    observe.moved(State.HANDED_OUT, State.DONE, task=task_id, queue=queue_name, attempts=attempts)
+
+
+def _ack_pg(task_id: int, lease_id: str, result: Any, now: datetime) -> None:
+    """ack() on PostgreSQL: move, count and time in one statement (pgsql.ACK)."""
+    params = {
+        "id": task_id, "lease_id": lease_id, "now": now,
+        "result": None if result is None else json.dumps(result),
+        "shard": random.randrange(COUNTER_SHARDS),  # noqa: S311
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(pgsql.ACK, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise _why_not_held(task_id, lease_id)
+    observe.moved(State.HANDED_OUT, State.DONE, task=task_id, queue=row[0], attempts=row[1])
+
+
+# Identifiers double-quoted: the same text for PostgreSQL and SQLite.
+_ACK_SQL = (
+    'UPDATE "broker_task" SET "state" = %s, "result" = %s, "lease_id" = NULL, '
+    '"lease_deadline" = NULL, "worker" = NULL, "updated_at" = %s '
+    'WHERE "id" = %s AND "state" = %s AND "lease_id" = %s '
+    'RETURNING "queue", "attempts", "claimed_at"'
+)
+
+
+def _ack_returning(
+    task_id: int, lease_id: str, result: str | None, now: datetime
+) -> tuple[str, int, Any] | None:
+    """The guarded ack UPDATE, RETURNING what the histogram and the log need.
+
+    Raw SQL because QuerySet.update() cannot return columns, and a SELECT first would cost the
+    hot path a round trip. PostgreSQL and SQLite >= 3.35 both speak RETURNING.
+    """
+    params = [
+        State.DONE.value, result, connection.ops.adapt_datetimefield_value(now),
+        task_id, State.HANDED_OUT.value, lease_id,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_ACK_SQL, params)
+        return cursor.fetchone()
+
+
+def _aware(value: Any) -> datetime | None:
+    """A datetime column read by raw SQL: SQLite hands back text, PostgreSQL an aware value."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # Django keeps SQLite datetimes as naive UTC
+    return value
 
 
 def nack(task_id: int, *, lease_id: str, error: str | None = None) -> State:
@@ -201,17 +368,17 @@ def nack(task_id: int, *, lease_id: str, error: str | None = None) -> State:
 
     Returns the new state. Raises TaskNotFound (404) or LeaseMismatch (409) as ack does.
     """
-    error = error if error else NO_ERROR_GIVEN
+    error, lease_id = _kept_error(error), _storable(lease_id)
     with transaction.atomic():
         row = (
             Task.objects.select_for_update()
             .filter(pk=task_id, state=State.HANDED_OUT, lease_id=lease_id)
-            .values_list("attempts", "max_attempts")
+            .values_list("attempts", "max_attempts", "queue", "claimed_at")
             .first()
         )
         if row is None:
             raise _why_not_held(task_id, lease_id)
-        attempts, max_attempts = row
+        attempts, max_attempts, queue_name, claimed_at = row
         now = timezone.now()
         retry = attempts < max_attempts
         Task.objects.filter(pk=task_id).update(
@@ -224,13 +391,21 @@ def nack(task_id: int, *, lease_id: str, error: str | None = None) -> State:
             updated_at=now,
         )
         TaskError.objects.create(task_id=task_id, attempt=attempts, at=now, error=error)
-        _bump(nacked=1, retried=int(retry), buried=int(not retry))
-    return State.DELAYED if retry else State.DEAD
+        _bump(
+            nacked=1,
+            retried=int(retry),
+            buried=int(not retry),
+            **observe.duration_deltas(claimed_at, now),
+        )
+    target = State.DELAYED if retry else State.DEAD
+    observe.moved(State.HANDED_OUT, target, task=task_id, queue=queue_name, attempts=attempts)
+    return target
 
 
 def extend(task_id: int, *, lease_id: str, lease_ms: int) -> datetime:
     """Move a held lease's deadline to now + lease_ms; no state change. Raises as ack does."""
     deadline = timezone.now() + timedelta(milliseconds=lease_ms)
+    lease_id = _storable(lease_id)
     moved = Task.objects.filter(pk=task_id, state=State.HANDED_OUT, lease_id=lease_id).update(
         lease_deadline=deadline
     )
@@ -250,19 +425,27 @@ def cancel(task_id: int) -> None:
     Raises TaskNotFound (404) for an unknown task, InvalidTransition (409) once finished or dead.
     """
     with transaction.atomic():
-        moved = Task.objects.filter(pk=task_id, state__in=_CANCELLABLE).update(
+        # Read (and lock) first: the 404/409 decision and the log line both need the old state.
+        row = (
+            Task.objects.select_for_update()
+            .filter(pk=task_id)
+            .values_list("state", "queue", "attempts")
+            .first()
+        )
+        if row is None:
+            raise TaskNotFound("No such task.")
+        state, queue_name, attempts = row
+        if state not in _CANCELLABLE:
+            raise InvalidTransition(f"The task is already {state}.")
+        Task.objects.filter(pk=task_id).update(
             state=State.CANCELLED,
             lease_id=None,
             lease_deadline=None,
             worker=None,
             updated_at=timezone.now(),
         )
-        if not moved:
-            state = Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
-            if state is None:
-                raise TaskNotFound("No such task.")
-            raise InvalidTransition(f"The task is already {state}.")
         _bump(cancelled=1)
+    observe.moved(state, State.CANCELLED, task=task_id, queue=queue_name, attempts=attempts)
 
 
 def cancel_many(task_ids: Iterable[int]) -> int:
@@ -314,6 +497,12 @@ def _move_many(
             _bump(**{counter: n})
             if becomes_ready:
                 announce({ANY_QUEUE: n} if n else {})
+        observe.moved(
+            "|".join(from_states),
+            changes["state"],
+            task=chunk[0] if len(chunk) == 1 else None,
+            count=n,
+        )
         moved += n
     return moved
 
@@ -332,7 +521,7 @@ def reclaim_expired(limit: int = 500) -> int:
             Task.objects.expired(now)
             .order_by("lease_deadline")
             .lock_skipping_locked()
-            .only("pk", "attempts", "max_attempts", "available_at")[:limit]
+            .only("pk", "queue", "attempts", "max_attempts", "available_at")[:limit]
         )
         if not rows:
             return 0
@@ -356,6 +545,12 @@ def reclaim_expired(limit: int = 500) -> int:
             for row in rows
         )
         _bump(reclaimed=len(rows), retried=retried, buried=len(rows) - retried)
+    if len(rows) == 1:
+        observe.moved(State.HANDED_OUT, rows[0].state, task=rows[0].pk, queue=rows[0].queue,
+                      attempts=rows[0].attempts)
+    else:
+        observe.moved(State.HANDED_OUT, State.DELAYED, count=retried)
+        observe.moved(State.HANDED_OUT, State.DEAD, count=len(rows) - retried)
     return len(rows)
 
 
@@ -375,6 +570,10 @@ def promote_delayed(limit: int = 1000) -> int:
             state=State.READY, updated_at=now
         )
         announce(Counter(queue for _, queue in rows))
+    if len(rows) == 1:
+        observe.moved(State.DELAYED, State.READY, task=rows[0][0], queue=rows[0][1])
+    else:
+        observe.moved(State.DELAYED, State.READY, count=len(rows))
     return len(rows)
 
 
@@ -401,3 +600,99 @@ def gauges() -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         overall[state] += n
         per_queue.setdefault(queue, {s.value: 0 for s in GAUGE_STATES})[state] = n
     return overall, per_queue
+
+
+# -- batches ----------------------------------------------------------------------------------
+
+Settle = tuple[int | None, str, Any]  # (task id or None when it cannot exist, lease id, extra)
+
+
+def _held_for_settling(items: list[Settle]) -> dict[int, tuple]:
+    """Lock the handed-out tasks among `items`, in id order so two batches never deadlock."""
+    ids = sorted({pk for pk, _, _ in items if pk is not None})
+    rows = (
+        Task.objects.select_for_update()
+        .filter(pk__in=ids, state=State.HANDED_OUT)
+        .order_by("pk")
+        .values_list("pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at")
+    )
+    return {row[0]: row for row in rows}
+
+
+def _settle_status(held: dict[int, tuple], pk: int | None, lease_id: str, done: set[int]) -> int:
+    row = held.get(pk) if pk is not None else None
+    if row is None or pk in done:
+        return 404
+    return 204 if row[1] == lease_id else 409
+
+
+def ack_many(items: list[Settle]) -> list[int]:
+    """Ack many tasks in one transaction; each item's status is what its single ack answers."""
+    statuses: list[int] = []
+    with transaction.atomic():
+        held = _held_for_settling(items)
+        now = timezone.now()
+        done: set[int] = set()
+        rows: list[Task] = []
+        deltas: Counter[str] = Counter()
+        for pk, lease_id, result in items:
+            status = _settle_status(held, pk, lease_id, done)
+            statuses.append(status)
+            if status == 204:
+                done.add(pk)
+                rows.append(Task(
+                    pk=pk, state=State.DONE, result=None if result is None else json.dumps(result),
+                    lease_id=None, lease_deadline=None, worker=None, updated_at=now,
+                ))
+                deltas.update(observe.duration_deltas(_aware(held[pk][5]), now))
+        if rows:
+            Task.objects.bulk_update(
+                rows, ["state", "result", "lease_id", "lease_deadline", "worker", "updated_at"]
+            )
+            _bump(acked=len(rows), **deltas)
+    observe.moved(State.HANDED_OUT, State.DONE, count=len(rows))
+    return statuses
+
+
+def nack_many(items: list[Settle]) -> list[int]:
+    """Nack many tasks in one transaction; each item's status is what its single nack answers."""
+    statuses: list[int] = []
+    with transaction.atomic():
+        held = _held_for_settling(items)
+        now = timezone.now()
+        done: set[int] = set()
+        rows: list[Task] = []
+        errors: list[TaskError] = []
+        deltas: Counter[str] = Counter()
+        retried = 0
+        for pk, lease_id, error in items:
+            status = _settle_status(held, pk, lease_id, done)
+            statuses.append(status)
+            if status != 204:
+                continue
+            done.add(pk)
+            _, _, attempts, max_attempts, _, claimed_at = held[pk]
+            retry = attempts < max_attempts
+            retried += retry
+            error = _kept_error(error)
+            row = Task(
+                pk=pk, state=State.DELAYED if retry else State.DEAD, last_error=error,
+                lease_id=None, lease_deadline=None, worker=None, updated_at=now,
+            )
+            rows.append(row)
+            errors.append(TaskError(task_id=pk, attempt=attempts, at=now, error=error))
+            deltas.update(observe.duration_deltas(_aware(claimed_at), now))
+        retry_rows = [r for r in rows if r.state == State.DELAYED]
+        for row in retry_rows:
+            row.available_at = now + _retry_delay(held[row.pk][2])
+        fields = ["state", "last_error", "lease_id", "lease_deadline", "worker", "updated_at"]
+        if retry_rows:
+            Task.objects.bulk_update(retry_rows, [*fields, "available_at"])
+        if len(retry_rows) < len(rows):
+            Task.objects.bulk_update([r for r in rows if r.state == State.DEAD], fields)
+        if rows:
+            TaskError.objects.bulk_create(errors)
+            _bump(nacked=len(rows), retried=retried, buried=len(rows) - retried, **deltas)
+    observe.moved(State.HANDED_OUT, State.DELAYED, count=retried)
+    observe.moved(State.HANDED_OUT, State.DEAD, count=len(rows) - retried)
+    return statuses

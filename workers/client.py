@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 import requests
 
-from workers.transport import Cutter, CuttableAdapter
+from workers.transport import CuttableAdapter, Cutter
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class BrokerError(Exception):
         self.message = message
 
 
-class BrokerUnavailable(BrokerError):
+class BrokerUnavailableError(BrokerError):
     """The broker stayed unreachable or kept answering 5xx until we gave up."""
 
 
@@ -229,7 +229,8 @@ class BrokerClient:
 
     def _task_url(self, task_id: str, verb: str, lease_id: str) -> str:
         """/jobs/{id}/{verb}?lease_id=...; ids are opaque, so both are quoted."""
-        return f"{self._jobs_url}/{quote(task_id, safe='')}/{verb}?lease_id={quote(lease_id, safe='')}"
+        task, lease = quote(task_id, safe=""), quote(lease_id, safe="")
+        return f"{self._jobs_url}/{task}/{verb}?lease_id={lease}"
 
     def _finish(self, verb: str, task_id: str, lease_id: str, body: Any) -> bool:
         """Ack or nack, retrying until the lease ends; 404/409 are final answers."""
@@ -259,7 +260,6 @@ class BrokerClient:
         """
         url = _claim_url(self.base_url, wait_ms, lease_ms, tuple(queues))
         timeout = (self._connect_s, wait_ms / 1000 + self._claim_margin_s)
-        sent_at = time.monotonic()
         response = self._send("GET", url, until=None, timeout=timeout, interruptible=True)
         if response is None or response.status_code == 204:
             return None
@@ -271,7 +271,7 @@ class BrokerClient:
         except (ValueError, KeyError, TypeError) as exc:
             raise BrokerError(200, "claim answered with an unreadable body") from exc
         # The broker started the lease after we sent: our estimate ends no later than its.
-        self._lease_ends[lease_id] = sent_at + lease_ms / 1000
+        self._lease_ends[lease_id] = _sent_at(response) + lease_ms / 1000
         return delivery
 
     def ack(self, task_id: str, lease_id: str, result: Any = None) -> bool:
@@ -279,7 +279,8 @@ class BrokerClient:
 
         Raises TypeError/ValueError if result is not JSON-serializable.
         """
-        return self._finish("ack", task_id, lease_id, None if result is None else {"result": result})
+        body = None if result is None else {"result": result}
+        return self._finish("ack", task_id, lease_id, body)
 
     def nack(self, task_id: str, lease_id: str, error: str) -> bool:
         """POST /jobs/{id}/nack with the error text. True on 204; False as for ack."""
@@ -289,7 +290,6 @@ class BrokerClient:
         """POST /jobs/{id}/extend. True on 200; False when the lease is lost (404/409) or over."""
         until = self._lease_ends.get(lease_id) or time.monotonic() + self._give_up_s
         url = f"{self._task_url(task_id, 'extend', lease_id)}&lease_ms={lease_ms}"
-        sent_at = time.monotonic()
         response = self._send("POST", url, until=until)
         if response is None:
             return False
@@ -300,28 +300,28 @@ class BrokerClient:
             )
             return False
         if lease_id in self._lease_ends:  # not acked or nacked meanwhile by another thread
-            self._lease_ends[lease_id] = sent_at + lease_ms / 1000
+            self._lease_ends[lease_id] = _sent_at(response) + lease_ms / 1000
         return True
 
     def enqueue(self, body: dict[str, Any]) -> tuple[int, Any]:
         """POST /jobs. The status and the decoded JSON answer (None when there is none).
 
-        Retries 5xx and an unreachable broker for give_up_s; raises BrokerUnavailable then.
+        Retries 5xx and an unreachable broker for give_up_s; raises BrokerUnavailableError then.
         """
         response = self._send("POST", self._jobs_url, until=time.monotonic() + self._give_up_s,
                               body=body)
         if response is None:
-            raise BrokerUnavailable(0, f"broker at {self.base_url} unreachable or failing")
+            raise BrokerUnavailableError(0, f"broker at {self.base_url} unreachable or failing")
         try:
             return response.status_code, response.json()
         except ValueError:
             return response.status_code, None
 
     def stats(self) -> dict[str, Any]:
-        """GET /stats. Raises BrokerUnavailable or BrokerError on failure."""
+        """GET /stats. Raises BrokerUnavailableError or BrokerError on failure."""
         response = self._send("GET", self._stats_url, until=time.monotonic() + self._give_up_s)
         if response is None:
-            raise BrokerUnavailable(0, f"broker at {self.base_url} unreachable or failing")
+            raise BrokerUnavailableError(0, f"broker at {self.base_url} unreachable or failing")
         if response.status_code != 200:
             raise BrokerError(response.status_code, _error_text(response))
         stats: dict[str, Any] = response.json()
@@ -341,6 +341,11 @@ class BrokerClient:
             states, self._states = self._states, []
         for state in states:
             state.session.close()
+
+
+def _sent_at(response: requests.Response) -> float:
+    """When the request that got response went out, on the time.monotonic() clock."""
+    return time.monotonic() - response.elapsed.total_seconds()
 
 
 def _error_text(response: requests.Response) -> str:

@@ -16,11 +16,11 @@ Handler = Callable[[Mapping[str, Any]], Any]
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
-class TaskFailed(Exception):
+class TaskFailedError(Exception):
     """The task asked to fail (its payload holds "fail": true)."""
 
 
-class UnknownJobType(LookupError):
+class UnknownJobTypeError(LookupError):
     """The task names a type that no one registered."""
 
 
@@ -36,10 +36,10 @@ class LogFileHandler:
         self.path = os.fspath(path)
 
     def __call__(self, task: Mapping[str, Any]) -> None:
-        """Append the task; raises TaskFailed when its payload is an object with "fail": true."""
+        """Append the task; raises TaskFailedError if its payload is an object with "fail": true."""
         payload = task["payload"]
         if isinstance(payload, dict) and payload.get("fail") is True:
-            raise TaskFailed("payload asked to fail")
+            raise TaskFailedError("payload asked to fail")
         # ensure_ascii: a lone surrogate in the payload still encodes, and \u0000 stays escaped.
         line = json.dumps({"id": task["id"], "payload": payload}) + "\n"
         append_line(self.path, line.encode("ascii"))
@@ -60,7 +60,7 @@ def append_line(path: str, data: bytes) -> None:
 def resolve(task: Mapping[str, Any], *, log_file: str = DEFAULT_LOG_FILE) -> Handler:
     """The handler for task: the log-file one when its type is None, else the registered type's.
 
-    Raises UnknownJobType ("unknown job type: X") when the type is not registered.
+    Raises UnknownJobTypeError ("unknown job type: X") when the type is not registered.
     """
     name = task.get("type")
     if name is None:
@@ -68,5 +68,5 @@ def resolve(task: Mapping[str, Any], *, log_file: str = DEFAULT_LOG_FILE) -> Han
     try:
         jobtype = jobtypes.REGISTRY[name]
     except (KeyError, TypeError):  # TypeError: a type that is not even a string
-        raise UnknownJobType(f"unknown job type: {name}") from None
+        raise UnknownJobTypeError(f"unknown job type: {name}") from None
     return lambda t: jobtype.handler(t["payload"])

@@ -1,0 +1,222 @@
+"""Fakes for the worker tests: an in-memory Broker and a tiny HTTP server shaped like the API."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    """Poll predicate until it holds or timeout_s passes; its last value."""
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def delivery(task_id: str, payload: Any, *, type_: str | None = None) -> dict[str, Any]:
+    """A claim answer as API.md shapes it."""
+    return {
+        "task": {
+            "id": task_id, "payload": payload, "attempts": 1, "max_attempts": 3,
+            "queue": "default", "priority": "normal", "type": type_,
+            "created_at": "2026-01-01T00:00:00.000Z", "available_at": "2026-01-01T00:00:00.000Z",
+        },
+        "lease_id": f"lease-{task_id}",
+        "deadline": "2026-01-01T00:00:30.000Z",
+    }
+
+
+class FakeBroker:
+    """In-memory Broker: hands out queued deliveries, records what workers answer."""
+
+    def __init__(self) -> None:
+        """Empty queue; acks, nacks and extends are accepted."""
+        self.deliveries: deque[dict[str, Any]] = deque()
+        self.claim_errors: deque[Exception] = deque()
+        self.claims = 0
+        self.acks: list[tuple[str, str, Any]] = []
+        self.nacks: list[tuple[str, str, str]] = []
+        self.extends: list[tuple[str, str, int]] = []
+        self.answer = True
+        self.extend_answer = True
+        self.cancelled = False
+        self._cond = threading.Condition()
+
+    def add(self, task_id: str, payload: Any, *, type_: str | None = None) -> dict[str, Any]:
+        """Queue a delivery and wake a parked claim."""
+        item = delivery(task_id, payload, type_=type_)
+        with self._cond:
+            self.deliveries.append(item)
+            self._cond.notify_all()
+        return item
+
+    def claim(self, wait_ms: int, lease_ms: int, queues: Any = ()) -> Any:
+        """Like GET /jobs/next: park up to wait_ms; None when idle or cancelled."""
+        end = time.monotonic() + wait_ms / 1000
+        with self._cond:
+            self.claims += 1
+            if self.claim_errors:
+                raise self.claim_errors.popleft()
+            while not self.deliveries and not self.cancelled:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+            if self.cancelled:
+                return None
+            return self.deliveries.popleft()
+
+    def ack(self, task_id: str, lease_id: str, result: Any = None) -> bool:
+        """Record; encodes result as BrokerClient would, so a bad result raises the same way."""
+        json.dumps(result, allow_nan=False)
+        with self._cond:
+            self.acks.append((task_id, lease_id, result))
+        return self.answer
+
+    def nack(self, task_id: str, lease_id: str, error: str) -> bool:
+        """Record."""
+        with self._cond:
+            self.nacks.append((task_id, lease_id, error))
+        return self.answer
+
+    def extend(self, task_id: str, lease_id: str, lease_ms: int) -> bool:
+        """Record."""
+        with self._cond:
+            self.extends.append((task_id, lease_id, lease_ms))
+        return self.extend_answer
+
+    def cancel_claims(self) -> None:
+        """Wake parked claims; later ones return None."""
+        with self._cond:
+            self.cancelled = True
+            self._cond.notify_all()
+
+
+@dataclass
+class Reply:
+    """One scripted answer; hold_s delays it (cut short when the test ends)."""
+
+    status: int
+    body: Any = None
+    hold_s: float = 0.0
+
+
+@dataclass
+class Seen:
+    """One request the fake server received."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: Any
+    client_port: int
+
+
+@dataclass
+class FakeServer:
+    """State of the fake HTTP broker: scripted replies per (method, path), requests seen."""
+
+    url: str = ""
+    scripts: dict[tuple[str, str], deque[Reply]] = field(default_factory=dict)
+    defaults: dict[tuple[str, str], Reply] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def script(self, method: str, path: str, *replies: Reply) -> None:
+        """Answer the next requests to method path with replies, in order."""
+        with self.lock:
+            self.scripts.setdefault((method, path), deque()).extend(replies)
+
+    def default(self, method: str, path: str, reply: Reply) -> None:
+        """Answer method path with reply once its script is used up."""
+        with self.lock:
+            self.defaults[(method, path)] = reply
+
+    def requests_to(self, method: str, path: str) -> list[Seen]:
+        """The requests seen so far for method path."""
+        with self.lock:
+            return [s for s in self.seen if s.method == method and s.path == path]
+
+    def take(self, seen: Seen) -> Reply:
+        """Record seen and pick its reply; 404 for anything unscripted."""
+        key = (seen.method, seen.path)
+        with self.lock:
+            self.seen.append(seen)
+            queue = self.scripts.get(key)
+            if queue:
+                return queue.popleft()
+            return self.defaults.get(key, Reply(404, {"error": "Not found."}))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so connection reuse is visible
+    timeout = 10
+    server: _Server
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        parts = urlsplit(self.path)
+        seen = Seen(
+            method=self.command,
+            path=parts.path,
+            query=parse_qs(parts.query),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=json.loads(raw) if raw else None,
+            client_port=self.client_address[1],
+        )
+        reply = self.server.fake.take(seen)
+        if reply.hold_s:
+            self.server.fake.release.wait(reply.hold_s)
+        data = b"" if reply.body is None else json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        if data:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = _serve  # noqa: N815 - http.server's naming
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        """Quiet."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # a cut-short long-poll handler may still be holding
+    fake: FakeServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up on a held reply is expected here, not an error."""
+
+
+def start_server(bind_only: bool = False) -> tuple[_Server, FakeServer]:
+    """A fake broker on a free port; bind_only leaves it refusing connections until activated."""
+    server = _Server(("127.0.0.1", 0), _Handler, bind_and_activate=False)
+    server.server_bind()
+    if not bind_only:
+        server.server_activate()
+    fake = FakeServer(url=f"http://127.0.0.1:{server.server_address[1]}")
+    server.fake = fake
+    return server, fake
+
+
+def serve(server: _Server) -> threading.Thread:
+    """Run the server's loop in a daemon thread."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,54 @@
+"""Argument types and logging set-up shared by runworker and produce."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from workers.client import DEFAULT_BROKER_URL
+
+
+def default_broker_url() -> str:
+    """BROKER_URL from the environment, else the local default."""
+    return os.environ.get("BROKER_URL") or DEFAULT_BROKER_URL
+
+
+def api_token() -> str | None:
+    """BROKER_API_TOKEN from the environment, sent as a bearer token when set."""
+    return os.environ.get("BROKER_API_TOKEN") or None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}: {value}")
+    return value
+
+
+def log_to_stderr(verbosity: int) -> None:
+    """Send the workers.* INFO lines to stderr unless the project's LOGGING already routes them."""
+    logger = logging.getLogger("workers")
+    if logger.hasHandlers():
+        return  # LOGGING in settings decides, levels included
+    handler = logging.StreamHandler()  # stderr
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    )
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        levels = {0: logging.WARNING, 1: logging.INFO}
+        logger.setLevel(levels.get(verbosity, logging.DEBUG))

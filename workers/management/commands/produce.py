@@ -1,0 +1,78 @@
+"""manage.py produce: enqueue test tasks over HTTP and print what the broker took."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from workers import producer
+from workers.client import BrokerClient
+from workers.management.commands._common import (
+    api_token,
+    default_broker_url,
+    log_to_stderr,
+    non_negative_int,
+    positive_int,
+)
+
+
+class Command(BaseCommand):
+    """Enqueue -n tasks with payload {"line": "hello <i>"}; exit 1 unless all were accepted."""
+
+    help = (
+        'Enqueue test tasks (payload {"line": "hello <i>"}) over HTTP; prints '
+        '"sent N, rejected M, X tasks/s" and exits 1 unless every task was accepted.'
+    )
+    requires_system_checks: ClassVar[list[str]] = []  # no checks: HTTP only
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """The flags of API.md's Commands section, plus --queue and --priority."""
+        parser.add_argument("--broker", default=default_broker_url(),
+                            help="broker base URL (default: $BROKER_URL or %(default)s)")
+        parser.add_argument("-n", type=non_negative_int, default=1, dest="n",
+                            help="how many tasks (default: %(default)s)")
+        parser.add_argument("--fail", action="store_true",
+                            help='payloads get "fail": true, so workers nack them')
+        parser.add_argument("--max-attempts", type=positive_int, default=3,
+                            help="(default: %(default)s)")
+        parser.add_argument("--delay-ms", type=non_negative_int, default=0,
+                            help="(default: %(default)s)")
+        parser.add_argument("--concurrency", type=positive_int, default=1,
+                            help="sending threads (default: %(default)s)")
+        parser.add_argument("--queue", default="default", help="(default: %(default)s)")
+        parser.add_argument("--priority", default="normal", choices=["high", "normal", "low"],
+                            help="(default: %(default)s)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Send, show progress when stderr is a terminal, print the summary line."""
+        log_to_stderr(options["verbosity"])
+        n = options["n"]
+        template = producer.body_template(
+            fail=options["fail"],
+            max_attempts=options["max_attempts"],
+            delay_ms=options["delay_ms"],
+            queue=options["queue"],
+            priority=options["priority"],
+        )
+        show = self.stderr.isatty()
+
+        def progress(done: int) -> None:
+            self.stderr.write("\r" + producer.progress_bar(done, n), style_func=str, ending="")
+            self.stderr.flush()
+
+        client = BrokerClient(options["broker"], token=api_token())
+        try:
+            summary = producer.produce(
+                client, n, template, concurrency=options["concurrency"],
+                progress=progress if show else None,
+            )
+        finally:
+            client.close()
+        if show:
+            progress(summary.sent + summary.rejected)
+            self.stderr.write("", style_func=str, ending="\n")
+        self.stdout.write(summary.line())
+        if not summary.ok:
+            raise CommandError(f"{n - summary.sent} of {n} tasks were not accepted", returncode=1)

@@ -1,0 +1,120 @@
+"""Enqueue test work over HTTP from a few threads, and count what the broker took."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from workers.client import BrokerUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+class Enqueuer(Protocol):
+    """What produce() needs: BrokerClient.enqueue."""
+
+    def enqueue(self, body: dict[str, Any]) -> tuple[int, Any]:
+        """POST /jobs; the status and decoded answer."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """What a produce run did."""
+
+    wanted: int
+    sent: int
+    rejected: int
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        """True when every task was accepted."""
+        return self.sent == self.wanted
+
+    def line(self) -> str:
+        """sent N, rejected M, X tasks/s"""
+        rate = self.sent / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return f"sent {self.sent}, rejected {self.rejected}, {rate:.1f} tasks/s"
+
+
+def body_template(
+    *, fail: bool, max_attempts: int, delay_ms: int, queue: str, priority: str
+) -> dict[str, Any]:
+    """The fields every enqueued body shares."""
+    return {
+        "max_attempts": max_attempts,
+        "delay_ms": delay_ms,
+        "queue": queue,
+        "priority": priority,
+        "payload": {"fail": True} if fail else {},
+    }
+
+
+def make_body(template: dict[str, Any], number: int) -> dict[str, Any]:
+    """The body of task number: payload {"line": "hello <number>"} plus the template's fields.
+
+    An idempotency key makes the client's retry after a lost answer harmless.
+    """
+    return {
+        **template,
+        "payload": {"line": f"hello {number}", **template["payload"]},
+        "idempotency_key": uuid.uuid4().hex,
+    }
+
+
+def produce(
+    client: Enqueuer,
+    n: int,
+    template: dict[str, Any],
+    *,
+    concurrency: int = 1,
+    progress: Callable[[int], None] | None = None,
+    progress_every_s: float = 0.1,
+) -> Summary:
+    """Enqueue tasks 1..n from concurrency threads; progress(done) is called from this thread.
+
+    Stops early (the rest counts as not sent) when the broker stays unreachable.
+    """
+    counts = [[0, 0] for _ in range(concurrency)]  # per thread: [sent, rejected], no lock needed
+    give_up = threading.Event()
+
+    def send(slot: int) -> None:
+        mine = counts[slot]
+        for number in range(slot + 1, n + 1, concurrency):
+            if give_up.is_set():
+                return
+            try:
+                status, _ = client.enqueue(make_body(template, number))
+            except BrokerUnavailableError as exc:
+                log.error("%s; stopping", exc)
+                give_up.set()
+                return
+            mine[0 if 200 <= status < 300 else 1] += 1
+
+    started = time.monotonic()
+    threads = [
+        threading.Thread(target=send, args=(slot,), name=f"produce-{slot + 1}", daemon=True)
+        for slot in range(concurrency)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(progress_every_s)
+            if progress is not None:
+                progress(sum(sent + rejected for sent, rejected in counts))
+    elapsed = time.monotonic() - started
+    sent = sum(c[0] for c in counts)
+    return Summary(n, sent, sum(c[1] for c in counts), elapsed)
+
+
+def progress_bar(done: int, total: int, width: int = 30) -> str:
+    """A plain text bar, e.g. "[#######.......]  50/100", for one \\r-rewritten line."""
+    filled = width * done // total if total else width
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done:>{len(str(total))}}/{total}"
