@@ -6,9 +6,9 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from broker import queue
+from broker.api.base import BrokerView
 from broker.api import parsing
 from broker.api.errors import ValidationFailed, flatten
 from broker.api.representation import delivery
@@ -31,7 +31,7 @@ def _items(body: dict[str, Any], key: str) -> list[Any]:
     return items
 
 
-class EnqueueBatchView(APIView):
+class EnqueueBatchView(BrokerView):
     """POST /jobs/batch: all or nothing; a bad item is a 400 naming it by index."""
 
     def post(self, request: Request) -> Response:
@@ -60,7 +60,7 @@ class ClaimSerializer(parsing.StrictSerializer):
     )
 
 
-class ClaimBatchView(APIView):
+class ClaimBatchView(BrokerView):
     """POST /jobs/claim: 1 to `max` deliveries as soon as one is ready, or 204."""
 
     def post(self, request: Request) -> Response:
@@ -96,7 +96,7 @@ def _settle_item(item: Any, extra: str) -> tuple[int | None, str, Any] | dict[st
     return parsing.task_id(raw_id), lease_id, value
 
 
-class _SettleBatchView(APIView):
+class _SettleBatchView(BrokerView):
     key = ""
     extra = ""
 

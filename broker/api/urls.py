@@ -4,16 +4,16 @@ from django.urls import path
 from broker.api import batch, views
 
 urlpatterns = [
-    path("jobs", views.JobsView.as_view()),
     path("jobs/next", views.ClaimView.as_view()),
-    path("jobs/batch", batch.EnqueueBatchView.as_view()),
+    path("jobs/<str:task_id>/ack", views.AckView.as_view()),
+    path("jobs", views.JobsView.as_view()),
     path("jobs/claim", batch.ClaimBatchView.as_view()),
     path("jobs/ack", batch.AckBatchView.as_view()),
+    path("jobs/batch", batch.EnqueueBatchView.as_view()),
     path("jobs/nack", batch.NackBatchView.as_view()),
-    path("jobs/<str:task_id>", views.TaskView.as_view()),
-    path("jobs/<str:task_id>/ack", views.AckView.as_view()),
     path("jobs/<str:task_id>/nack", views.NackView.as_view()),
     path("jobs/<str:task_id>/extend", views.ExtendView.as_view()),
+    path("jobs/<str:task_id>", views.TaskView.as_view()),
     path("stats", views.StatsView.as_view()),
     path("dlq", views.DeadLetterView.as_view()),
     path("dlq/<str:task_id>/requeue", views.RequeueView.as_view()),

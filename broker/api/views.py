@@ -7,9 +7,9 @@ from django.db import connection
 from django.http import HttpRequest
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from broker import queue
+from broker.api.base import BrokerView
 from broker.api import parsing
 from broker.api.errors import UNAVAILABLE, error_body
 from broker.api.representation import delivery, timestamp
@@ -29,10 +29,11 @@ def _task_pk(raw: str) -> int:
 
 def worker_identity(request: HttpRequest) -> str | None:
     value = request.META.get(WORKER_HEADER)
-    return value[:255] if value else None
+    # U+0000 would make PostgreSQL refuse the claim's UPDATE (a 503): it is only a label.
+    return value.replace("\x00", "\ufffd")[:255] if value else None
 
 
-class JobsView(APIView):
+class JobsView(BrokerView):
     """POST /jobs enqueues; GET /jobs lists."""
 
     def post(self, request: Request) -> Response:
@@ -48,8 +49,11 @@ class JobsView(APIView):
         return list_tasks(request, Task.objects.all())
 
 
-class ClaimView(APIView):
+class ClaimView(BrokerView):
     """GET /jobs/next: the long-poll claim."""
+
+    # Not HEAD: Django would answer it with get(), handing out a task whose body nobody reads.
+    http_method_names = ("get", "options")
 
     def get(self, request: Request) -> Response:
         params = request.GET
@@ -72,7 +76,7 @@ class ClaimView(APIView):
         return Response(delivery(got[0]))
 
 
-class AckView(APIView):
+class AckView(BrokerView):
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request, required=False)
         parsing.only_fields(body, {"lease_id", "result"})
@@ -81,7 +85,7 @@ class AckView(APIView):
         return Response(status=204)
 
 
-class NackView(APIView):
+class NackView(BrokerView):
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request, required=False)
         parsing.only_fields(body, {"lease_id", "error"})
@@ -93,7 +97,7 @@ class NackView(APIView):
         return Response(status=204)
 
 
-class ExtendView(APIView):
+class ExtendView(BrokerView):
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request, required=False)
         parsing.only_fields(body, {"lease_id", "lease_ms"})
@@ -108,7 +112,7 @@ class ExtendView(APIView):
         return Response({"deadline": timestamp(deadline)})
 
 
-class TaskView(APIView):
+class TaskView(BrokerView):
     """GET /jobs/{id} shows one task; DELETE cancels it."""
 
     def get(self, request: Request, task_id: str) -> Response:
@@ -121,26 +125,26 @@ class TaskView(APIView):
         return Response(status=204)
 
 
-class StatsView(APIView):
+class StatsView(BrokerView):
     def get(self, request: Request) -> Response:
         overall, per_queue = queue.gauges()
         return Response({**overall, "totals": queue.totals(), "queues": per_queue})
 
 
-class DeadLetterView(APIView):
+class DeadLetterView(BrokerView):
     def get(self, request: Request) -> Response:
         from broker.api.listing import list_tasks
 
         return list_tasks(request, Task.objects.dead(), allow_filters=("queue", "type"))
 
 
-class RequeueView(APIView):
+class RequeueView(BrokerView):
     def post(self, request: Request, task_id: str) -> Response:
         queue.requeue(_task_pk(task_id))
         return Response(status=204)
 
 
-class HealthView(APIView):
+class HealthView(BrokerView):
     def get(self, request: Request) -> Response:
         try:
             with connection.cursor() as cursor:
