@@ -44,6 +44,10 @@ def list_tasks(
             filters[name] = value
     if "state" in filters and filters["state"] not in State.values:
         raise ValidationFailed({"state": [f"Must be one of {', '.join(State.values)}."]})
+    if "queue" in filters:
+        filters["queue"] = parsing.queue_name(filters["queue"])
+    if "\x00" in filters.get("type", ""):  # PostgreSQL refuses U+0000 in a query: a 503
+        raise ValidationFailed({"type": ["Not a job type name."]})
     limit = parsing.query_int(params, "limit", DEFAULT_LIMIT, minimum=1, cap=MAX_LIMIT)
     cursor = params.get("cursor")
     qs = tasks.filter(**filters).order_by("-pk")

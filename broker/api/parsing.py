@@ -1,4 +1,4 @@
-"""Request bodies and query strings → validated values; everything else is a 400 naming the field."""
+"""Request bodies and query strings → validated values; anything else is a 400 naming the field."""
 from __future__ import annotations
 
 import json
@@ -14,13 +14,15 @@ from broker.queue import NewTask
 from broker.states import PRIORITY_BY_NAME
 
 QUEUE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-_QUEUE_RE = re.compile(QUEUE_PATTERN)
+_QUEUE_RE = re.compile(QUEUE_PATTERN)  # use fullmatch: "$" also matches before a final "\n"
+QUEUE_MESSAGE = "Must match [A-Za-z0-9_.-]{1,64}."
 MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 MAX_WAIT_MS = 30_000
 MAX_LEASE_MS = 300_000
 DEFAULT_WAIT_MS = 20_000
 DEFAULT_LEASE_MS = 30_000
 MISSING: Any = object()
+MAX_JSON_DEPTH = 256
 
 
 def _finite_float(text: str) -> float:
@@ -51,14 +53,34 @@ def read_json(request: HttpRequest, *, required: bool = True) -> Any:
         raw = b""
     if not raw.strip():
         if required:
-            raise ValidationFailed({"body": ["A JSON body is required."]}, "A JSON body is required.")
+            message = "A JSON body is required."
+            raise ValidationFailed({"body": [message]}, message)
         return MISSING
     try:
-        return json.loads(raw, parse_float=_finite_float, parse_constant=_no_constants)
+        value = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constants)
     except (ValueError, RecursionError) as exc:
         raise ValidationFailed(
             {"body": [f"Not valid JSON: {exc}"]}, "The body is not valid JSON."
         ) from exc
+    if not _nests_at_most(value, MAX_JSON_DEPTH):
+        # Storing the value dumps it again, recursively: without this bound a body a little
+        # shallower than json.loads' limit got through the parse and failed there, as a 500.
+        message = f"The body nests arrays and objects more than {MAX_JSON_DEPTH} deep."
+        raise ValidationFailed({"body": [message]}, message)
+    return value
+
+
+def _nests_at_most(value: Any, limit: int) -> bool:
+    """Whether `value` nests arrays and objects at most `limit` deep; iterative, no recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
 
 
 def read_object(request: HttpRequest, *, required: bool = True) -> dict[str, Any]:
@@ -117,16 +139,35 @@ class AnyJSONField(serializers.Field):
         return value
 
 
+class QueueNameField(StrictCharField):
+    """A queue name matching QUEUE_PATTERN as sent: not trimmed, no trailing newline."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not _QUEUE_RE.fullmatch(value):
+            # Raised, not self.fail(): DRF would str.format() the message and trip on "{1,64}".
+            raise serializers.ValidationError(QUEUE_MESSAGE)
+        return value
+
+
 class StrictSerializer(serializers.Serializer):
     """Unknown body fields are an error: a typo like `max_attempt` must not pass silently."""
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):
             raise serializers.ValidationError({"body": ["Expected a JSON object."]})
-        unknown = [key for key in data if key not in self.fields]
+        unknown = {key: ["Unknown field."] for key in data if key not in self.fields}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            # Name every offending field at once, unknown ones and invalid ones alike.
+            raise serializers.ValidationError({**unknown, **exc.detail}) from exc
         if unknown:
-            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        return super().to_internal_value(data)
+            raise serializers.ValidationError(unknown)
+        return value
 
     def create(self, validated_data: Any) -> Any:  # pragma: no cover -- parse only
         raise NotImplementedError
@@ -139,15 +180,12 @@ class EnqueueSerializer(StrictSerializer):
     payload = AnyJSONField(required=True)
     max_attempts = StrictIntegerField(min_value=1, max_value=100, default=3)
     delay_ms = StrictIntegerField(min_value=0, max_value=MAX_DELAY_MS, default=0)
-    queue = serializers.RegexField(
-        QUEUE_PATTERN,
-        default="default",
-        error_messages={"invalid": "Must match [A-Za-z0-9_.-]{1,64}."},
-    )
+    queue = QueueNameField(default="default")
     priority = serializers.ChoiceField(choices=list(PRIORITY_BY_NAME), default="normal")
     type = StrictCharField(allow_null=True, required=False, default=None, max_length=64)
+    # Not trimmed: "k " and "k" are different keys.
     idempotency_key = StrictCharField(
-        allow_null=True, required=False, default=None, max_length=255
+        allow_null=True, required=False, default=None, max_length=255, trim_whitespace=False
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +200,9 @@ class EnqueueSerializer(StrictSerializer):
             problems = validate(json.loads(attrs["payload"])) if validate else None
             if problems:
                 raise serializers.ValidationError(
-                    {f"payload.{name}": msgs for name, msgs in problems.items()}
+                    # "" names the payload as a whole (say, not an object).
+                    {f"payload.{name}" if name else "payload": msgs
+                     for name, msgs in problems.items()}
                 )
         return attrs
 
@@ -208,10 +248,17 @@ def queue_list(raw: str | list[str] | None, name: str = "queue") -> list[str] | 
     if raw is None:
         return None
     names = raw if isinstance(raw, list) else [q for q in raw.split(",") if q.strip()]
-    bad = [q for q in names if not isinstance(q, str) or not _QUEUE_RE.match(q)]
+    bad = [q for q in names if not isinstance(q, str) or not _QUEUE_RE.fullmatch(q)]
     if bad:
         raise ValidationFailed({name: [f"Not a queue name: {bad[0]!r}."]})
     return [q.strip() for q in names] or None
+
+
+def queue_name(raw: str, name: str = "queue") -> str:
+    """One queue name from a query string; 400 unless it matches QUEUE_PATTERN."""
+    if not _QUEUE_RE.fullmatch(raw):
+        raise ValidationFailed({name: [QUEUE_MESSAGE]})
+    return raw
 
 
 def task_id(raw: str) -> int | None:
@@ -231,6 +278,8 @@ def lease_id_from(request: HttpRequest, body: dict[str, Any]) -> str:
     value = query_value or body_value
     if not value:
         raise ValidationFailed({"lease_id": ["This field is required."]}, "lease_id is required.")
+    if "\x00" in value:  # never one of ours, and PostgreSQL refuses to compare it: a 503
+        raise ValidationFailed({"lease_id": ["Not a lease id this API gave out."]})
     return value
 
 

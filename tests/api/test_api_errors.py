@@ -1,0 +1,82 @@
+"""Errors every endpoint shares: JSON 404/405, 413 bodies, 401 without a token."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+
+from broker.models import Task
+from tests.api.conftest import post
+
+pytestmark = pytest.mark.django_db
+
+
+def assert_json_error(response, status: int) -> dict:
+    assert response.status_code == status, (response.status_code, response.content)
+    assert response["Content-Type"].startswith("application/json")
+    body = json.loads(response.content)
+    assert isinstance(body["error"], str) and body["error"]
+    return body
+
+
+@pytest.mark.parametrize(
+    "path", ["/nope", "/jobs/1/ack/more", "/jobs/", "/dlq/1", "/stats/x", "/%00", "/jobs/1/retry"]
+)
+def test_unknown_path__404_json(api_client, path: str) -> None:
+    assert_json_error(api_client.get(path), 404)
+    assert_json_error(api_client.post(path), 404)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("put", "/jobs"), ("delete", "/jobs"), ("post", "/jobs/next"), ("post", "/jobs/1"),
+     ("patch", "/jobs/1"), ("get", "/jobs/1/ack"), ("get", "/jobs/1/nack"),
+     ("put", "/jobs/1/extend"), ("post", "/stats"), ("delete", "/dlq"),
+     ("get", "/dlq/1/requeue"), ("post", "/healthz")],
+)
+def test_wrong_method__405_json(api_client, method: str, path: str) -> None:
+    response = getattr(api_client, method)(path)
+    assert_json_error(response, 405)
+    assert response.has_header("Allow")
+
+
+def test_body_over_limit__413_json_nothing_created(api_client) -> None:
+    body = json.dumps({"payload": "x" * 262_144})
+    assert_json_error(api_client.post("/jobs", body, content_type="application/json"), 413)
+    assert not Task.objects.exists()
+
+
+def test_body_just_under_limit__201(api_client) -> None:
+    wrapper = len(json.dumps({"payload": ""}))
+    body = json.dumps({"payload": "x" * (262_144 - wrapper)})
+    assert len(body) == 262_144
+    assert api_client.post("/jobs", body, content_type="application/json").status_code == 201
+
+
+@override_settings(BROKER_MAX_BODY_BYTES=100)
+@pytest.mark.parametrize("path", ["/jobs", "/jobs/1/ack?lease_id=x", "/jobs/1/nack?lease_id=x"])
+def test_body_over_setting__413_json(api_client, path: str) -> None:
+    assert_json_error(post(api_client, path, {"payload": "y" * 200}), 413)
+
+
+def test_invalid_json__400_json(api_client) -> None:
+    assert_json_error(api_client.post("/jobs", b"{]", content_type="application/json"), 400)
+
+
+@override_settings(BROKER_API_TOKENS=["t-one", "t-two"])
+@pytest.mark.parametrize("header", [None, "Bearer wrong", "t-one", "Basic dC1vbmU=", "Bearer "])
+def test_tokens_set__missing_or_wrong__401_json(api_client, header: str | None) -> None:
+    extra = {"HTTP_AUTHORIZATION": header} if header is not None else {}
+    body = assert_json_error(api_client.get("/stats", **extra), 401)
+    assert body["error"]
+    assert_json_error(post(api_client, "/jobs", {"payload": 1}, **extra), 401)
+    assert not Task.objects.exists()
+
+
+@override_settings(BROKER_API_TOKENS=["t-one", "t-two"])
+@pytest.mark.parametrize("token", ["t-one", "t-two"])
+def test_tokens_set__right_bearer__served(api_client, token: str) -> None:
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    assert post(api_client, "/jobs", {"payload": 1}, **auth).status_code == 201
+    assert api_client.get("/stats", **auth).status_code == 200

@@ -1,0 +1,152 @@
+"""queue.cancel and queue.requeue: the moves people make, from every state."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.utils import timezone
+
+from broker import queue
+from broker.exceptions import InvalidTransition, TaskNotFound
+from broker.models import Task, TaskError
+from broker.states import State
+
+pytestmark = pytest.mark.django_db
+
+Moved = Callable[[], dict[str, int]]
+
+
+@pytest.fixture
+def task_in(enqueue_task, claim_one) -> Callable[[str], int]:
+    """task_in(state) → a task brought to that state through the state machine."""
+
+    made = iter(range(1000))
+
+    def make(state: str) -> int:
+        own_queue = f"q{next(made)}"  # so the claim below takes this task, not an older one
+        delay_ms = 60_000 if state == "delayed" else 0
+        pk = enqueue_task(max_attempts=1, delay_ms=delay_ms, queue=own_queue)
+        if state in ("ready", "delayed"):
+            return pk
+        d = claim_one(queues=[own_queue])
+        if state == "done":
+            queue.ack(pk, lease_id=d.lease_id)
+        elif state == "dead":
+            queue.nack(pk, lease_id=d.lease_id, error="fatal")
+        elif state == "cancelled":
+            queue.cancel(pk)
+        assert Task.objects.get(pk=pk).state == state
+        return pk
+
+    return make
+
+
+@pytest.mark.parametrize("state", ["ready", "delayed", "handed_out"])
+def test_cancel__cancellable_state__cancelled_and_counted(task_in, moved, state: str) -> None:
+    pk = task_in(state)
+    before = moved()
+    queue.cancel(pk)
+    task = Task.objects.get(pk=pk)
+    assert task.state == State.CANCELLED
+    assert (task.lease_id, task.lease_deadline, task.worker) == (None, None, None)
+    after = moved()
+    assert after.pop("cancelled") == 1
+    assert after == before
+
+
+@pytest.mark.parametrize("state", ["done", "dead", "cancelled"])
+def test_cancel__finished_or_dead__409_nothing_moves(task_in, moved, state: str) -> None:
+    pk = task_in(state)
+    before = moved()
+    with pytest.raises(InvalidTransition):
+        queue.cancel(pk)
+    assert Task.objects.get(pk=pk).state == state
+    assert moved() == before
+
+
+def test_cancel__unknown_task__404(moved: Moved) -> None:
+    with pytest.raises(TaskNotFound):
+        queue.cancel(987_654)
+    assert moved() == {}
+
+
+def test_cancel__handed_out__worker_ack_and_nack_get_404(enqueue_task, claim_one) -> None:
+    pk = enqueue_task()
+    d = claim_one()
+    queue.cancel(pk)
+    with pytest.raises(TaskNotFound):
+        queue.ack(pk, lease_id=d.lease_id)
+    with pytest.raises(TaskNotFound):
+        queue.nack(pk, lease_id=d.lease_id, error="late")
+    with pytest.raises(TaskNotFound):
+        queue.extend(pk, lease_id=d.lease_id, lease_ms=1000)
+    assert Task.objects.get(pk=pk).state == State.CANCELLED
+
+
+def test_cancel_many__moves_only_cancellable_and_counts_them(task_in, moved) -> None:
+    pks = [task_in(s) for s in ("ready", "delayed", "handed_out", "done", "dead")]
+    before = moved()
+    assert queue.cancel_many([*pks, 987_654]) == 3
+    states = [Task.objects.get(pk=pk).state for pk in pks]
+    assert states == ["cancelled", "cancelled", "cancelled", "done", "dead"]
+    after = moved()
+    assert after.pop("cancelled") == 3
+    assert after == before
+
+
+def test_requeue__dead__ready_attempts_reset_history_kept(
+    enqueue_task, claim_one, clock, moved: Moved
+) -> None:
+    pk = enqueue_task(max_attempts=2)
+    queue.nack(pk, lease_id=claim_one().lease_id, error="first")
+    clock.advance(60_000)
+    queue.promote_delayed()
+    queue.nack(pk, lease_id=claim_one().lease_id, error="second")
+    assert Task.objects.get(pk=pk).state == State.DEAD
+    requeued_at = clock.now()
+    queue.requeue(pk)
+    task = Task.objects.get(pk=pk)
+    assert (task.state, task.attempts, task.last_error) == (State.READY, 0, None)
+    assert task.available_at >= requeued_at
+    history = TaskError.objects.filter(task_id=pk).values_list("attempt", "error")
+    assert list(history) == [(1, "first"), (2, "second")]
+    assert moved() == {
+        "enqueued": 1, "delivered": 2, "nacked": 2, "retried": 1, "buried": 1, "requeued": 1,
+    }
+    d = claim_one()
+    assert (d.task.pk, d.task.attempts) == (pk, 1)
+
+
+@pytest.mark.parametrize("state", ["ready", "delayed", "handed_out", "done", "cancelled"])
+def test_requeue__not_dead__404_nothing_moves(task_in, moved, state: str) -> None:
+    pk = task_in(state)
+    before = moved()
+    with pytest.raises(TaskNotFound):
+        queue.requeue(pk)
+    assert Task.objects.get(pk=pk).state == state
+    assert moved() == before
+
+
+def test_requeue__unknown__404() -> None:
+    with pytest.raises(TaskNotFound):
+        queue.requeue(987_654)
+
+
+def test_requeue__twice__second_404(task_in, moved) -> None:
+    pk = task_in("dead")
+    queue.requeue(pk)
+    with pytest.raises(TaskNotFound):
+        queue.requeue(pk)
+    assert moved()["requeued"] == 1
+
+
+def test_requeue_many__only_dead_counted(task_in, moved) -> None:
+    dead = [task_in("dead"), task_in("dead")]
+    done = task_in("done")
+    before = moved()
+    assert queue.requeue_many([*dead, done]) == 2
+    assert [Task.objects.get(pk=pk).state for pk in [*dead, done]] == ["ready", "ready", "done"]
+    after = moved()
+    assert after.pop("requeued") == 2
+    assert after == before
+    assert Task.objects.get(pk=done).updated_at <= timezone.now()

@@ -1,0 +1,139 @@
+"""queue.reclaim_expired and queue.promote_delayed: the sweeper's moves."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from broker import queue
+from broker.exceptions import TaskNotFound
+from broker.models import Task, TaskError
+from broker.states import State
+from broker.sweeper import sweep_once
+
+pytestmark = pytest.mark.django_db
+
+Moved = Callable[[], dict[str, int]]
+
+
+def test_reclaim__expired_with_attempts_left__delayed_lease_expired(
+    enqueue_task, claim_one, clock, moved: Moved
+) -> None:
+    pk = enqueue_task(max_attempts=2)
+    claim_one(lease_ms=1000)
+    clock.advance(1001)
+    before = clock.now()
+    assert queue.reclaim_expired() == 1
+    after = clock.now()
+    task = Task.objects.get(pk=pk)
+    assert (task.state, task.attempts, task.last_error) == (State.DELAYED, 1, "lease expired")
+    assert (task.lease_id, task.lease_deadline, task.worker) == (None, None, None)
+    # The first retry's backoff: between 0.5 s and 1 s.
+    assert before + timedelta(milliseconds=500) <= task.available_at
+    assert task.available_at <= after + timedelta(milliseconds=1000)
+    assert list(TaskError.objects.values_list("attempt", "error")) == [(1, "lease expired")]
+    assert moved() == {"enqueued": 1, "delivered": 1, "reclaimed": 1, "retried": 1}
+
+
+def test_reclaim__expired_last_attempt__dead(enqueue_task, claim_one, clock, moved) -> None:
+    pk = enqueue_task(max_attempts=1)
+    claim_one(lease_ms=1000)
+    clock.advance(1001)
+    assert queue.reclaim_expired() == 1
+    task = Task.objects.get(pk=pk)
+    assert (task.state, task.last_error) == (State.DEAD, "lease expired")
+    assert moved() == {"enqueued": 1, "delivered": 1, "reclaimed": 1, "buried": 1}
+
+
+def test_reclaim__lease_not_expired__left_alone(enqueue_task, claim_one, clock, moved) -> None:
+    pk = enqueue_task()
+    claim_one(lease_ms=1000)
+    clock.advance(900)  # leaves the real time the test itself takes
+    assert queue.reclaim_expired() == 0
+    assert Task.objects.get(pk=pk).state == State.HANDED_OUT
+    assert moved() == {"enqueued": 1, "delivered": 1}
+
+
+def test_reclaim__old_lease_then_acks__404(enqueue_task, claim_one, clock) -> None:
+    pk = enqueue_task()
+    d = claim_one(lease_ms=1000)
+    clock.advance(2000)
+    queue.reclaim_expired()
+    with pytest.raises(TaskNotFound):
+        queue.ack(pk, lease_id=d.lease_id)
+
+
+def test_reclaim__limit__moves_at_most_that_many(enqueue_task, claim_one, clock, moved) -> None:
+    for _ in range(3):
+        enqueue_task()
+    queue.claim(None, 1000, limit=3)
+    clock.advance(2000)
+    assert queue.reclaim_expired(limit=2) == 2
+    assert queue.reclaim_expired(limit=2) == 1
+    assert moved() == {"enqueued": 3, "delivered": 3, "reclaimed": 3, "retried": 3}
+
+
+def test_promote__due__ready_and_claimable_no_counter(enqueue_task, clock, moved) -> None:
+    due = enqueue_task(delay_ms=1000)
+    later = enqueue_task(delay_ms=5000)
+    clock.advance(1000)
+    assert queue.promote_delayed() == 1
+    assert Task.objects.get(pk=due).state == State.READY
+    assert Task.objects.get(pk=later).state == State.DELAYED
+    assert moved() == {"enqueued": 2}
+    assert [d.task.pk for d in queue.claim(None, 1000, limit=5)] == [due]
+
+
+def test_promote__nothing_due__zero(enqueue_task) -> None:
+    enqueue_task(delay_ms=60_000)
+    assert queue.promote_delayed() == 0
+
+
+def test_sweep_once__reclaims_then_promotes(enqueue_task, claim_one, clock) -> None:
+    pk = enqueue_task()
+    claim_one(lease_ms=1000)
+    clock.advance(1001)
+    assert sweep_once().reclaimed == 1
+    clock.advance(2000)
+    assert sweep_once().promoted == 1
+    assert Task.objects.get(pk=pk).state == State.READY
+
+
+def test_lifecycle__nack_reclaim_bury_requeue_ack__counters_agree(
+    enqueue_task, claim_one, clock, moved: Moved
+) -> None:
+    pk = enqueue_task(max_attempts=3)
+    queue.nack(pk, lease_id=claim_one().lease_id, error="one")
+    clock.advance(60_000)
+    queue.promote_delayed()
+    claim_one(lease_ms=1000)
+    clock.advance(60_000)
+    queue.reclaim_expired()
+    clock.advance(60_000)
+    queue.promote_delayed()
+    queue.nack(pk, lease_id=claim_one().lease_id, error="three")
+    queue.requeue(pk)
+    queue.ack(pk, lease_id=claim_one().lease_id, result="fine")
+    task = Task.objects.get(pk=pk)
+    assert (task.state, task.attempts, task.result) == (State.DONE, 1, '"fine"')
+    assert list(TaskError.objects.values_list("attempt", "error")) == [
+        (1, "one"), (2, "lease expired"), (3, "three"),
+    ]
+    assert moved() == {
+        "enqueued": 1, "delivered": 4, "nacked": 2, "reclaimed": 1, "retried": 2, "buried": 1,
+        "requeued": 1, "acked": 1,
+    }
+
+
+def test_gauges__count_live_states_overall_and_per_queue(enqueue_task, claim_one) -> None:
+    enqueue_task(queue="a")
+    enqueue_task(queue="a")
+    enqueue_task(queue="b", delay_ms=60_000)
+    claim_one(queues=["a"])
+    overall, per_queue = queue.gauges()
+    assert overall == {"ready": 1, "handed_out": 1, "delayed": 1, "dead": 0}
+    assert per_queue == {
+        "a": {"ready": 1, "handed_out": 1, "delayed": 0, "dead": 0},
+        "b": {"ready": 0, "handed_out": 0, "delayed": 1, "dead": 0},
+    }
