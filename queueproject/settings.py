@@ -1,5 +1,7 @@
 """Settings: the only module that reads the environment (django-environ)."""
+import re
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -19,6 +21,23 @@ if not SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off.")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
 
+# Production mode is DEBUG off plus BROKER_HTTPS=1: TLS in front (gunicorn's certfile/keyfile,
+# or a proxy on a host in gunicorn's forwarded_allow_ips, which then sees https). Secure cookies,
+# http -> https redirects and HSTS follow; `manage.py check --deploy` is then clean.
+BROKER_HTTPS = env.bool("BROKER_HTTPS", default=False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = BROKER_HTTPS
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=BROKER_HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # load balancers probe over plain HTTP
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if BROKER_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+SILENCED_SYSTEM_CHECKS: list[str] = []
+if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
+    # security.W021 (no HSTS preload): joining browsers' preload list is the domain owner's
+    # call, made at hstspreload.org and slow to undo; SECURE_HSTS_PRELOAD=1 opts in.
+    SILENCED_SYSTEM_CHECKS.append("security.W021")
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -27,14 +46,20 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served from here, not a CDN
     "broker",
     "workers",
+    "django_tasks",  # the django.tasks backport: its checks and TASKS setting handling
 ]
 
 MIDDLEWARE = [
+    "broker.api.requestlog.RequestLogMiddleware",
+    # Before the API guards: their early 401/413 answers get the security headers too, and an
+    # http:// request is redirected before anything reads it.
+    "django.middleware.security.SecurityMiddleware",
     "broker.api.middleware.JsonErrorMiddleware",
     "broker.api.middleware.BodyLimitMiddleware",
-    "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -84,8 +109,13 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db.setdefault("OPTIONS", {})["pool"] = {
         "min_size": env.int("BROKER_DB_POOL_MIN", default=2),
         "max_size": env.int("BROKER_DB_POOL_MAX", default=16),
-        "timeout": env.float("BROKER_DB_POOL_TIMEOUT", default=10.0),
+        "timeout": env.float("BROKER_DB_POOL_TIMEOUT", default=30.0),
     }
+    # Server-side binding lets psycopg prepare the hot statements (claim, ack, enqueue) once per
+    # pooled connection, so PostgreSQL plans them once instead of on every call. Turn it off
+    # (BROKER_DB_PREPARE=False) behind PgBouncer in transaction mode, which cannot keep them.
+    if env.bool("BROKER_DB_PREPARE", default=True):
+        _db["OPTIONS"].update({"server_side_binding": True, "prepare_threshold": 2})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -119,13 +149,44 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "broker.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Queue broker API",
+    "DESCRIPTION": "A job-queue broker: enqueue, long-poll claim, ack/nack under leases, DLQ.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": ["broker.api.schema.finish_schema"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # The broker's own settings (API.md, "Settings").
-BROKER_API_TOKENS = env.list("BROKER_API_TOKENS", default=[])
+# "a, b" means tokens "a" and "b": spaces around commas are not part of a token.
+BROKER_API_TOKENS = [t.strip() for t in env.list("BROKER_API_TOKENS", default=[]) if t.strip()]
 BROKER_SWEEP_INTERVAL_MS = env.int("BROKER_SWEEP_INTERVAL_MS", default=250)
 BROKER_RETRY_BASE_MS = env.int("BROKER_RETRY_BASE_MS", default=1000)
 BROKER_RETRY_MAX_MS = env.int("BROKER_RETRY_MAX_MS", default=30000)
+
+
+def _duration(name: str, default: str) -> timedelta:
+    """A duration from the environment: whole seconds ("604800") or a number and a unit of
+    s, m, h or d ("90s", "15m", "12h", "7d")."""
+    raw = env.str(name, default=default).strip().lower() or default
+    match = re.fullmatch(r"(\d+)\s*([smhd]?)", raw)
+    if not match:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f'{name}: seconds, or like "7d", "12h", "15m"; not {raw!r}')
+    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+    return timedelta(seconds=int(match[1]) * unit)
+
+
+# Done and cancelled tasks older than this are deleted by the sweeper; "0" keeps them forever.
+# Dead tasks are never pruned.
+BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=262144)
 # Django's own form-body cap must not cut in below ours.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
@@ -134,6 +195,20 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
 BROKER_POLL_FALLBACK_MS = env.int(
     "BROKER_POLL_FALLBACK_MS", default=50 if _db["ENGINE"].endswith("sqlite3") else 2000
 )
+# LISTEN needs a session of its own: behind PgBouncer in transaction mode, point this at
+# PostgreSQL directly (or a session-mode pool). Empty: the listener uses DATABASE_URL.
+BROKER_LISTEN_DATABASE_URL = env.str("BROKER_LISTEN_DATABASE_URL", default="")
+# django.tasks on this broker (broker/tasks_backend.py); QUEUES [] allows any queue name.
+TASKS = {
+    "default": {
+        "BACKEND": "broker.tasks_backend.BrokerBackend",
+        "QUEUES": [],
+        "OPTIONS": {"ALLOWED_TASKS": ["broker.demo_tasks.*"]},
+    }
+}
+# Dotted paths (fnmatch patterns, "myapp.tasks.*") of @task functions runworker may run.
+# When set, it replaces the TASKS backends' OPTIONS["ALLOWED_TASKS"]; with neither, none.
+BROKER_TASKS_ALLOWED = env.list("BROKER_TASKS_ALLOWED", default=[])
 
 LOGGING = {
     "version": 1,
