@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-pg test-sqlite lint fmt bench venv
+.PHONY: run test test-pg test-sqlite lint fmt bench bench-peers venv
 
 venv: $(STAMP)
 
@@ -46,3 +46,7 @@ fmt: $(STAMP)
 # Throughput and wake-up latency on a fresh PostgreSQL database (not a test; prints a table).
 bench: $(STAMP)
 	$(PY) bench/bench.py
+
+# Our broker beside Celery, PGQueuer and Procrastinate, measured by ../shared/peers-bench in one run.
+bench-peers: $(STAMP)
+	bash bench/peers.sh
