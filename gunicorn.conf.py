@@ -8,6 +8,12 @@ not in a thread. Each process serves `threads` requests at once, parked ones inc
 """
 import os
 
+from broker.api import gunicorn_errors
+
+# Even gunicorn's own answers (request line over limit_request_line: 414, bad headers: 400/431)
+# are JSON, as API.md wants of every error.
+gunicorn_errors.install()
+
 wsgi_app = "queueproject.wsgi:application"
 bind = os.environ.get("BROKER_BIND", "0.0.0.0:8080")
 worker_class = "gthread"

@@ -1,1 +1,4 @@
-"""A job-queue broker: tasks in the database, an HTTP API, leases, retries and a dead-letter queue."""
+"""A job-queue broker: tasks in a database, an HTTP API, leases, retries and a dead-letter queue."""
+from broker.client import InvalidTaskError, enqueue
+
+__all__ = ["InvalidTaskError", "enqueue"]

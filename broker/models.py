@@ -81,8 +81,20 @@ class Task(models.Model):
                 fields=["available_at"], condition=Q(state="delayed"), name="task_delayed_idx"
             ),
             models.Index(fields=["updated_at"], condition=Q(state="dead"), name="task_dead_idx"),
-            # Gauges and per-queue counts read only the live states' slice of this index.
-            models.Index(fields=["state", "queue"], name="task_state_queue_idx"),
+            # Retention: the sweeper prunes the oldest finished tasks in small batches.
+            models.Index(
+                fields=["updated_at"],
+                condition=Q(state__in=["done", "cancelled"]),
+                name="task_finished_idx",
+            ),
+            # Gauges and per-queue counts. Partial on the live states: a full (state, queue) index
+            # tempted the planner, with stale statistics after a burst of new tasks, to claim by
+            # scanning it and sorting every ready row (measured: 582 ms a claim at 300k ready).
+            models.Index(
+                fields=["queue", "state"],
+                condition=Q(state__in=["ready", "handed_out", "delayed", "dead"]),
+                name="task_live_queue_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -120,7 +132,64 @@ class CounterShard(models.Model):
     buried = models.BigIntegerField(default=0)
     requeued = models.BigIntegerField(default=0)
     cancelled = models.BigIntegerField(default=0)
+    # job_processing_duration_seconds (claim to ack/nack): one column per histogram bucket, NOT
+    # cumulative (an observation bumps exactly one), moved by the ack/nack's own counter update.
+    dur_le_5ms = models.BigIntegerField(default=0)
+    dur_le_10ms = models.BigIntegerField(default=0)
+    dur_le_25ms = models.BigIntegerField(default=0)
+    dur_le_50ms = models.BigIntegerField(default=0)
+    dur_le_100ms = models.BigIntegerField(default=0)
+    dur_le_250ms = models.BigIntegerField(default=0)
+    dur_le_500ms = models.BigIntegerField(default=0)
+    dur_le_1s = models.BigIntegerField(default=0)
+    dur_le_2500ms = models.BigIntegerField(default=0)
+    dur_le_5s = models.BigIntegerField(default=0)
+    dur_le_10s = models.BigIntegerField(default=0)
+    dur_le_30s = models.BigIntegerField(default=0)
+    dur_le_60s = models.BigIntegerField(default=0)
+    dur_le_120s = models.BigIntegerField(default=0)
+    dur_le_300s = models.BigIntegerField(default=0)
+    dur_le_inf = models.BigIntegerField(default=0)
+    dur_sum_us = models.BigIntegerField(default=0)  # microseconds: integer sums stay exact
 
     def __str__(self) -> str:
         return f"counter shard {self.shard}"
 
+
+# (upper bound in seconds, CounterShard column) for each histogram bucket, in order.
+DURATION_BUCKETS: tuple[tuple[float, str], ...] = (
+    (0.005, "dur_le_5ms"),
+    (0.01, "dur_le_10ms"),
+    (0.025, "dur_le_25ms"),
+    (0.05, "dur_le_50ms"),
+    (0.1, "dur_le_100ms"),
+    (0.25, "dur_le_250ms"),
+    (0.5, "dur_le_500ms"),
+    (1.0, "dur_le_1s"),
+    (2.5, "dur_le_2500ms"),
+    (5.0, "dur_le_5s"),
+    (10.0, "dur_le_10s"),
+    (30.0, "dur_le_30s"),
+    (60.0, "dur_le_60s"),
+    (120.0, "dur_le_120s"),
+    (300.0, "dur_le_300s"),
+    (float("inf"), "dur_le_inf"),
+)
+
+
+class DeadTaskManager(models.Manager.from_queryset(TaskQuerySet)):  # type: ignore[misc]
+    """Only the tasks in the dead-letter queue."""
+
+    def get_queryset(self) -> TaskQuerySet:
+        return super().get_queryset().filter(state=State.DEAD)
+
+
+class DeadTask(Task):
+    """A task in the dead-letter queue: the admin's DLQ page lists these."""
+
+    objects = DeadTaskManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead task"
+        verbose_name_plural = "dead-letter queue"

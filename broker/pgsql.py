@@ -63,9 +63,8 @@ _CLAIM_COLUMNS = (
 )
 
 
-def claim(filter_queues: bool) -> str:
+def claim(queue_filter: str = "") -> str:
     """Pick up to %(limit)s ready tasks in claim order, skipping locked rows, and hand them out."""
-    queue_filter = " AND queue = ANY(%(queues)s)" if filter_queues else ""
     returning = ", ".join(f"t.{c}" for c in _CLAIM_COLUMNS)
     return (
         "WITH picked AS ("
@@ -82,8 +81,11 @@ def claim(filter_queues: bool) -> str:
     )
 
 
-CLAIM_ANY = claim(filter_queues=False)
-CLAIM_QUEUES = claim(filter_queues=True)
+CLAIM_ANY = claim()
+# One queue as `=`, not `= ANY(...)`: PostgreSQL then reads task_claim_queue_idx in claim order
+# instead of sorting that queue's ready rows.
+CLAIM_ONE_QUEUE = claim(" AND queue = %(queue)s")
+CLAIM_QUEUES = claim(" AND queue = ANY(%(queues)s)")
 
 ACK = (
     "WITH acked AS ("

@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 from broker import observe, pgsql
 from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound
 from broker.models import COUNTER_SHARDS, CounterShard, Task, TaskError
-from broker.states import COUNTERS, GAUGE_STATES, State, backoff_ms
+from broker.states import COUNTERS, FINISHED_STATES, GAUGE_STATES, State, backoff_ms
 from broker.wakeup import ANY_QUEUE, announce
 
 LEASE_EXPIRED = "lease expired"
@@ -263,11 +263,16 @@ def _claim_pg(
     lease_id = uuid.uuid4().hex
     deadline = now + timedelta(milliseconds=lease_ms)
     params = {
-        "queues": queues, "limit": limit, "lease_id": lease_id, "deadline": deadline,
+        "queues": queues, "queue": queues[0] if queues else None,
+        "limit": limit, "lease_id": lease_id, "deadline": deadline,
         "now": now, "worker": worker, "shard": random.randrange(COUNTER_SHARDS),  # noqa: S311
     }
     with connection.cursor() as cursor:
-        cursor.execute(pgsql.CLAIM_QUEUES if queues else pgsql.CLAIM_ANY, params)
+        if not queues:
+            sql = pgsql.CLAIM_ANY
+        else:
+            sql = pgsql.CLAIM_ONE_QUEUE if len(queues) == 1 else pgsql.CLAIM_QUEUES
+        cursor.execute(sql, params)
         found = cursor.fetchall()
     if not found:
         return []
@@ -450,7 +455,7 @@ def cancel(task_id: int) -> None:
 
 def cancel_many(task_ids: Iterable[int]) -> int:
     """Cancel every cancellable task among `task_ids`, in batches; returns how many moved."""
-    return _move_many(task_ids, _CANCELLABLE, "cancelled", dict(state=State.CANCELLED))
+    return _move_many(task_ids, _CANCELLABLE, "cancelled", {"state": State.CANCELLED})
 
 
 def requeue(task_id: int) -> None:
@@ -468,7 +473,7 @@ def requeue_many(task_ids: Iterable[int]) -> int:
         task_ids,
         (State.DEAD,),
         "requeued",
-        dict(state=State.READY, attempts=0, last_error=None),
+        {"state": State.READY, "attempts": 0, "last_error": None},
         becomes_ready=True,
     )
 
@@ -489,7 +494,7 @@ def _move_many(
     for start in range(0, len(ids), _BATCH):
         chunk = ids[start : start + _BATCH]
         now = timezone.now()
-        extra = dict(available_at=now) if becomes_ready else {}
+        extra = {"available_at": now} if becomes_ready else {}
         with transaction.atomic():
             n = Task.objects.filter(pk__in=chunk, state__in=from_states).update(
                 **changes, **extra, lease_id=None, lease_deadline=None, worker=None, updated_at=now
@@ -575,6 +580,27 @@ def promote_delayed(limit: int = 1000) -> int:
     else:
         observe.moved(State.DELAYED, State.READY, count=len(rows))
     return len(rows)
+
+
+def prune_finished(older_than: datetime, limit: int = 500) -> int:
+    """Delete up to `limit` done or cancelled tasks last moved before `older_than`, with their
+    error history. Returns how many were deleted.
+
+    Not a transition: no counter moves (the lifetime totals go on counting what was pruned).
+    Dead tasks are never pruned: they wait for a person. SKIP LOCKED and a small `limit` keep
+    each batch a short transaction that never waits for, nor long blocks, anyone else.
+    """
+    with transaction.atomic():
+        ids = list(
+            Task.objects.filter(state__in=FINISHED_STATES, updated_at__lt=older_than)
+            .order_by("updated_at")  # served by task_finished_idx
+            .lock_skipping_locked()
+            .values_list("pk", flat=True)[:limit]
+        )
+        if ids:
+            # only("pk"): the cascade to TaskError needs the ids, not the payloads.
+            Task.objects.filter(pk__in=ids).only("pk").delete()
+    return len(ids)
 
 
 # -- reading ----------------------------------------------------------------------------------

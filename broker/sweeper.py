@@ -1,18 +1,27 @@
-"""One sweep: reclaim expired leases, promote delayed tasks that are due (which wakes claimers)."""
+"""One sweep: reclaim expired leases, promote delayed tasks that are due (which wakes claimers),
+and prune finished tasks older than BROKER_RETENTION."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.utils import timezone
+
 from broker import queue
 
 log = logging.getLogger(__name__)
+
+# Batches of pruning per sweep: a backlog (the first sweep after a long time) is worked off over
+# many ticks, so reclaiming leases never waits behind a long delete.
+PRUNE_BATCHES_PER_SWEEP = 10
 
 
 @dataclass(frozen=True, slots=True)
 class Sweep:
     reclaimed: int
     promoted: int
+    pruned: int = 0
 
 
 def sweep_once(batch: int = 500) -> Sweep:
@@ -26,6 +35,22 @@ def sweep_once(batch: int = 500) -> Sweep:
         promoted += n
         if n < batch * 2:
             break
-    if reclaimed or promoted:
-        log.info("sweep: reclaimed %d, promoted %d", reclaimed, promoted)
-    return Sweep(reclaimed, promoted)
+    pruned = prune(batch)
+    if reclaimed or promoted or pruned:
+        log.info("sweep: reclaimed %d, promoted %d, pruned %d", reclaimed, promoted, pruned)
+    return Sweep(reclaimed, promoted, pruned)
+
+
+def prune(batch: int = 500, max_batches: int = PRUNE_BATCHES_PER_SWEEP) -> int:
+    """Delete done and cancelled tasks older than BROKER_RETENTION (none when it is 0)."""
+    retention = settings.BROKER_RETENTION
+    if not retention:
+        return 0
+    older_than = timezone.now() - retention
+    pruned = 0
+    for _ in range(max_batches):
+        n = queue.prune_finished(older_than, limit=batch)
+        pruned += n
+        if n < batch:
+            break
+    return pruned

@@ -11,16 +11,22 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+import uuid
 from collections import deque
+from typing import Any
 
 from django.db import connection, transaction
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "broker_ready"
+# A listener's self-check: "!" cannot start a queue name, so no claimer mistakes it for work.
+PING_PREFIX = "!ping:"
+PING_EVERY_S = 30.0
+PING_DEADLINE_S = 2.0
 ANY_QUEUE = "*"
 # The poll used where no notification can arrive: SQLite, or PostgreSQL while LISTEN is down.
-POLL_INTERVAL_S = 0.05
 
 
 class Waiter:
@@ -118,7 +124,10 @@ class Hub:
 
     def _poll_forever(self) -> None:
         stop = self._stop
-        while not stop.wait(POLL_INTERVAL_S):
+        from django.conf import settings
+
+        interval = settings.BROKER_SQLITE_POLL_MS / 1000
+        while not stop.wait(interval):
             self._poll_once()
 
     def _poll_once(self) -> None:
@@ -129,7 +138,7 @@ class Hub:
         try:
             ready = Task.objects.ready().values_list("queue", flat=True)[:256]
             queues = list(ready)
-        except Exception:  # noqa: BLE001 -- the database may be away; the next tick retries
+        except Exception:
             queues = []
         finally:
             connection.close()
@@ -138,23 +147,33 @@ class Hub:
 
     def _listen(self) -> None:
         import psycopg
+        from django.conf import settings
 
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
+        # LISTEN needs a session: behind a transaction-mode pooler, a direct URL of its own.
+        conninfo = getattr(settings, "BROKER_LISTEN_DATABASE_URL", "") or ""
+        if conninfo:
+            params = {}
         stop = self._stop
         backoff = 0.1
         while not stop.is_set():
             try:
-                with psycopg.connect(**params, autocommit=True) as conn:
+                with psycopg.connect(conninfo, **params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self._ping(conn)
                     self.listening = True
                     backoff = 0.1
                     # Anything sent while we were not listening is lost: let everyone look.
                     self.wake_all()
+                    next_ping = time.monotonic() + PING_EVERY_S
                     while not stop.is_set():
                         for note in conn.notifies(timeout=1.0):
                             self._on_notify(note.payload)
-            except Exception as exc:  # noqa: BLE001 -- reconnect whatever went wrong
+                        if time.monotonic() >= next_ping:
+                            self._ping(conn)
+                            next_ping = time.monotonic() + PING_EVERY_S
+            except Exception as exc:
                 self.listening = False
                 if stop.is_set():
                     break
@@ -164,9 +183,31 @@ class Hub:
                 backoff = min(backoff * 2, 2.0)
         self.listening = False
 
+    def _ping(self, conn: Any) -> None:
+        """NOTIFY ourselves and wait for the echo: a LISTEN that hears nothing (say, behind a
+        transaction-mode pooler) must count as not listening, so parked claims poll instead."""
+        token = f"{PING_PREFIX}{uuid.uuid4().hex}"
+        conn.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+        deadline = time.monotonic() + PING_DEADLINE_S
+        while (left := deadline - time.monotonic()) > 0:
+            for note in conn.notifies(timeout=left, stop_after=1):
+                if note.payload == token:
+                    return
+                self._on_notify(note.payload)
+        raise ListenerDeafError(
+            "LISTEN did not hear its own NOTIFY: behind PgBouncer in transaction mode, set "
+            "BROKER_LISTEN_DATABASE_URL to a direct or session-mode connection"
+        )
+
     def _on_notify(self, payload: str) -> None:
+        if payload.startswith(PING_PREFIX):
+            return
         queue, _, count = payload.rpartition(":")
         self.wake(queue or ANY_QUEUE, int(count) if count.isdigit() else 1)
+
+
+class ListenerDeafError(RuntimeError):
+    """The LISTEN connection does not receive notifications."""
 
 
 hub = Hub()

@@ -190,11 +190,9 @@ BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=262144)
 # Django's own form-body cap must not cut in below ours.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
-# How often a parked claim re-checks the database anyway: a safety net under LISTEN/NOTIFY,
-# and the wake-up mechanism itself on SQLite, which has no notifications.
-BROKER_POLL_FALLBACK_MS = env.int(
-    "BROKER_POLL_FALLBACK_MS", default=50 if _db["ENGINE"].endswith("sqlite3") else 2000
-)
+# SQLite has no notifications: each broker process looks for ready tasks this often while
+# claims are parked (one query per tick, however many are parked).
+BROKER_SQLITE_POLL_MS = env.int("BROKER_SQLITE_POLL_MS", default=50)
 # LISTEN needs a session of its own: behind PgBouncer in transaction mode, point this at
 # PostgreSQL directly (or a session-mode pool). Empty: the listener uses DATABASE_URL.
 BROKER_LISTEN_DATABASE_URL = env.str("BROKER_LISTEN_DATABASE_URL", default="")

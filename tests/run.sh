@@ -22,4 +22,16 @@ if [ -z "${DATABASE_URL:-}" ]; then
   fi
 fi
 export DEBUG="${DEBUG:-False}" SECRET_KEY="${SECRET_KEY:-test-only-secret-key}"
+
+# The browser test drives Debian's Chromium: install it once when missing and we may (root, apt).
+# Non-fatal: without it that test skips and says why. NO_CHROMIUM_INSTALL=1 skips this step.
+if [ -z "${NO_CHROMIUM_INSTALL:-}" ] && ! command -v chromium >/dev/null 2>&1 \
+   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "tests: installing Debian's chromium for the browser test (once)" >&2
+  if ! { timeout 600 apt-get update -qq \
+         && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq chromium; } \
+       >/tmp/chromium-install.log 2>&1; then
+    echo "tests: could not install chromium (/tmp/chromium-install.log): the browser test skips" >&2
+  fi
+fi
 exec "$PY" -m pytest "$@"

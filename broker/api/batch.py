@@ -8,8 +8,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from broker import queue
-from broker.api.base import BrokerView
 from broker.api import parsing
+from broker.api.base import BrokerView
 from broker.api.errors import ValidationFailed, flatten
 from broker.api.representation import delivery
 from broker.api.views import worker_identity

@@ -182,7 +182,10 @@ class EnqueueSerializer(StrictSerializer):
     delay_ms = StrictIntegerField(min_value=0, max_value=MAX_DELAY_MS, default=0)
     queue = QueueNameField(default="default")
     priority = serializers.ChoiceField(choices=list(PRIORITY_BY_NAME), default="normal")
-    type = StrictCharField(allow_null=True, required=False, default=None, max_length=64)
+    # Not trimmed: "sleep_job " is not a registered type name.
+    type = StrictCharField(
+        allow_null=True, required=False, default=None, max_length=64, trim_whitespace=False
+    )
     # Not trimmed: "k " and "k" are different keys.
     idempotency_key = StrictCharField(
         allow_null=True, required=False, default=None, max_length=255, trim_whitespace=False

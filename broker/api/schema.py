@@ -1,0 +1,308 @@
+"""OpenAPI 3 for the API (drf-spectacular): /api/schema/, and the Swagger UI at /api/docs/.
+
+Every operation is written out (`extend_schema(operation=...)`, attached through view
+extensions, so the views stay plain); `finish_schema` adds what every operation shares: the
+bearer security when BROKER_API_TOKENS is set, and the 401, 413, 414, 431 and 503 answers.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpResponse
+from django.urls import reverse
+from drf_spectacular.extensions import OpenApiViewExtension
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.settings import spectacular_settings
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.request import Request
+
+from broker.api.schema_components import COMPONENTS, TASK_ID_PATTERN, Schema, ref
+
+OPEN_OPERATIONS = {"health"}
+TAG_ORDER = ("jobs", "batch", "dead-letter queue", "observability")
+
+
+def _answer(description: str, schema: Schema | None = None, **headers: Schema) -> Schema:
+    answer: Schema = {"description": description}
+    if schema is not None:
+        answer["content"] = {"application/json": {"schema": schema}}
+    if headers:
+        answer["headers"] = headers
+    return answer
+
+
+def _error(description: str) -> Schema:
+    return _answer(description, ref("Error"))
+
+
+def _query(name: str, schema: Schema, description: str, **extra: Any) -> Schema:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description, **extra}
+
+
+def _body(schema: Schema, *, required: bool) -> Schema:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+TASK_ID = {
+    "name": "task_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": TASK_ID_PATTERN},
+    "description": "Task id as the broker gave it out; any other string is a 404.",
+}
+LEASE_ID = _query("lease_id", {"type": "string"}, "The lease; or `lease_id` in the body.")
+WAIT_MS = _query(
+    "wait_ms", {"type": "integer", "minimum": 0, "default": 20000},
+    "How long to wait for a task; above 30000 counts as 30000; 0 answers at once.",
+)
+LEASE_MS = _query(
+    "lease_ms", {"type": "integer", "minimum": 1, "default": 30000},
+    "Lease length; above 300000 counts as 300000.",
+)
+CLAIM_QUEUES = _query(
+    "queue", {"type": "array", "items": ref("QueueName")},
+    "Comma-separated queues to claim from; every queue when absent.",
+    style="form", explode=False,
+)
+LIMIT = _query(
+    "limit", {"type": "integer", "minimum": 1, "default": 50},
+    "Page size; above 500 counts as 500.",
+)
+CURSOR = _query(
+    "cursor", {"type": "string", "pattern": TASK_ID_PATTERN},
+    "Where the page starts: as found in the previous page's `next`.",
+)
+STATE = _query("state", ref("State"), "Only tasks in this state.")
+QUEUE = _query("queue", ref("QueueName"), "Only tasks of this queue.")
+TYPE = _query("type", {"type": "string"}, "Only tasks of this job type.")
+
+BAD_REQUEST = _error("A parameter or the body is invalid; `fields` names each offender.")
+NOT_HELD = _error(
+    "The task is not handed out (unknown, reclaimed, cancelled or finished)."
+)
+OTHER_LEASE = _error("The task is handed out under another lease.")
+NO_TASK = _error("No such task.")
+LOCATION = {"description": "`/jobs/{id}` of the task.", "schema": {"type": "string"}}
+
+
+def _op(op_id: str, summary: str, tag: str, responses: dict[int, Schema], **rest: Any) -> Schema:
+    return {
+        "operationId": op_id,
+        "summary": summary,
+        "tags": [tag],
+        **rest,
+        "responses": {str(code): answer for code, answer in responses.items()},
+    }
+
+
+def _settle(op_id: str, verb: str, request: str) -> Schema:
+    return _op(
+        op_id, f"{verb} one leased task", "jobs",
+        {204: _answer(f"{verb}ed."), 400: BAD_REQUEST, 404: NOT_HELD, 409: OTHER_LEASE},
+        parameters=[TASK_ID, LEASE_ID],
+        requestBody=_body(ref(request), required=False),
+    )
+
+
+def _settle_batch(op_id: str, verb: str, request: str) -> Schema:
+    return _op(
+        op_id, f"{verb} many leased tasks in one transaction", "batch",
+        {200: _answer("Each item answered as its single call would be.", ref("SettleResults")),
+         400: BAD_REQUEST},
+        requestBody=_body(ref(request), required=True),
+    )
+
+
+_LIST_PAGE = _answer("Newest first.", ref("TaskPage"))
+
+OPERATIONS: dict[str, dict[str, Schema]] = {
+    "broker.api.views.JobsView": {
+        "post": _op(
+            "enqueue", "Enqueue a task", "jobs",
+            {201: _answer("Created.", ref("Enqueued"), Location=LOCATION),
+             200: _answer("The idempotency key is kept: the first task's id, nothing created.",
+                          ref("Enqueued"), Location=LOCATION),
+             400: BAD_REQUEST},
+            requestBody=_body(ref("EnqueueRequest"), required=True),
+        ),
+        "get": _op(
+            "list_jobs", "List tasks", "jobs", {200: _LIST_PAGE, 400: BAD_REQUEST},
+            parameters=[STATE, QUEUE, TYPE, LIMIT, CURSOR],
+        ),
+    },
+    "broker.api.views.ClaimView": {
+        "get": _op(
+            "claim", "Claim one task (long-poll)", "jobs",
+            {200: _answer("A task, under a new lease.", ref("Delivery")),
+             204: _answer("The wait elapsed with nothing to claim."),
+             400: BAD_REQUEST},
+            parameters=[WAIT_MS, LEASE_MS, CLAIM_QUEUES],
+        ),
+    },
+    "broker.api.views.TaskView": {
+        "get": _op("get_job", "One task", "jobs",
+                   {200: _answer("The task.", ref("Task")), 404: NO_TASK},
+                   parameters=[TASK_ID]),
+        "delete": _op(
+            "cancel_job", "Cancel a ready, delayed or handed-out task", "jobs",
+            {204: _answer("Cancelled."), 404: NO_TASK,
+             409: _error("Already done, dead or cancelled.")},
+            parameters=[TASK_ID],
+        ),
+    },
+    "broker.api.views.AckView": {"post": _settle("ack", "Ack", "AckRequest")},
+    "broker.api.views.NackView": {"post": _settle("nack", "Nack", "NackRequest")},
+    "broker.api.views.ExtendView": {
+        "post": _op(
+            "extend", "Extend a lease (heartbeat)", "jobs",
+            {200: _answer("The new deadline.", ref("Deadline")), 400: BAD_REQUEST,
+             404: NOT_HELD, 409: OTHER_LEASE},
+            parameters=[TASK_ID, LEASE_ID, LEASE_MS],
+            requestBody=_body(ref("ExtendRequest"), required=False),
+        ),
+    },
+    "broker.api.views.StatsView": {
+        "get": _op("stats", "Gauges and lifetime counters", "observability",
+                   {200: _answer("Tasks per live state now, and the lifetime totals.",
+                                 ref("Stats"))}),
+    },
+    "broker.api.views.DeadLetterView": {
+        "get": _op("list_dlq", "List the dead-letter queue", "dead-letter queue",
+                   {200: _LIST_PAGE, 400: BAD_REQUEST}, parameters=[QUEUE, TYPE, LIMIT, CURSOR]),
+    },
+    "broker.api.views.RequeueView": {
+        "post": _op("requeue", "Requeue a dead task", "dead-letter queue",
+                    {204: _answer("Ready again, attempts reset."),
+                     404: _error("The task is not in the dead-letter queue.")},
+                    parameters=[TASK_ID]),
+    },
+    "broker.api.views.HealthView": {
+        "get": _op("health", "Liveness and database reachability", "observability",
+                   {200: _answer("Up.", ref("Health")),
+                    503: _error("The database cannot be reached (adds `status`).")}),
+    },
+    "broker.metrics.MetricsView": {
+        "get": _op(
+            "metrics", "Prometheus metrics", "observability",
+            {200: {"description": "Prometheus text format 0.0.4, read from the database: the "
+                                  "same from every process; counters equal the /stats totals.",
+                   "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        ),
+    },
+    "broker.api.batch.EnqueueBatchView": {
+        "post": _op(
+            "enqueue_batch", "Enqueue many tasks, all or nothing", "batch",
+            {201: _answer("Created, ids in order.", ref("EnqueuedBatch")),
+             400: _error("A bad item; `fields` names it by index (`jobs.3.max_attempts`).")},
+            requestBody=_body(ref("EnqueueBatchRequest"), required=True),
+        ),
+    },
+    "broker.api.batch.ClaimBatchView": {
+        "post": _op(
+            "claim_batch", "Claim up to `max` tasks (long-poll)", "batch",
+            {200: _answer("1 to `max` deliveries.", ref("Deliveries")),
+             204: _answer("The wait elapsed with nothing to claim."), 400: BAD_REQUEST},
+            requestBody=_body(ref("ClaimRequest"), required=False),
+        ),
+    },
+    "broker.api.batch.AckBatchView": {"post": _settle_batch("ack_batch", "Ack", "AckBatchRequest")},
+    "broker.api.batch.NackBatchView": {
+        "post": _settle_batch("nack_batch", "Nack", "NackBatchRequest"),
+    },
+}
+
+
+def _extension(target: str, operations: dict[str, Schema]) -> type[OpenApiViewExtension]:
+    def view_replacement(self: OpenApiViewExtension) -> type:
+        annotated = type(self.target.__name__, (self.target,), {"__module__": __name__})
+        methods = {m: extend_schema(operation=op) for m, op in operations.items()}
+        return extend_schema_view(**methods)(annotated)
+
+    name = target.rsplit(".", 1)[-1] + "Schema"
+    attrs = {"target_class": target, "view_replacement": view_replacement, "optional": True}
+    return type(name, (OpenApiViewExtension,), attrs)
+
+
+EXTENSIONS = [_extension(target, ops) for target, ops in OPERATIONS.items()]
+
+_UNAUTHORIZED = _answer(
+    "Missing or wrong bearer token.",
+    ref("Error"),
+    **{"WWW-Authenticate": {"schema": {"type": "string"}, "description": 'Bearer realm="broker"'}},
+)
+_TOO_LARGE = _error("The body is over BROKER_MAX_BODY_BYTES.")
+_UNAVAILABLE = _error("The database cannot be reached; try again shortly.")
+# Answered by gunicorn itself, before the broker sees the request (still JSON).
+_URI_TOO_LONG = _error("The request line is over gunicorn's limit (limit_request_line, 4094).")
+_HEADERS_TOO_LARGE = _error("Too many or too large headers (gunicorn's limits).")
+
+
+def finish_schema(result: Schema, generator: Any, request: Any, public: bool) -> Schema:
+    """POSTPROCESSING_HOOKS: components, security and the answers every operation shares."""
+    tokens = bool(settings.BROKER_API_TOKENS)
+    result["tags"] = [{"name": tag} for tag in TAG_ORDER]
+    components = result.setdefault("components", {})
+    components.setdefault("schemas", {}).update(COMPONENTS)
+    components["securitySchemes"] = {
+        "bearerAuth": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "One of BROKER_API_TOKENS; required only when that is set.",
+        }
+    }
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            responses = operation["responses"]
+            if operation.get("operationId") in OPEN_OPERATIONS or not tokens:
+                operation["security"] = []
+            else:
+                operation["security"] = [{"bearerAuth": []}]
+                responses.setdefault("401", _UNAUTHORIZED)
+            if "requestBody" in operation:
+                responses.setdefault("413", _TOO_LARGE)
+            responses.setdefault("503", _UNAVAILABLE)
+            responses.setdefault("414", _URI_TOO_LONG)
+            responses.setdefault("431", _HEADERS_TOO_LARGE)
+    return result
+
+
+class SchemaView(SpectacularAPIView):
+    """GET /api/schema/: YAML, or JSON with `Accept: application/json` or `?format=json`."""
+
+
+def _is_staff(request: Request) -> bool:
+    user = request.user
+    return bool(user is not None and user.is_active and user.is_staff)
+
+
+def _script_json(value: Any) -> str:
+    # Inline <script> safe: no "</script>" or "<!--" can come out of the data.
+    text = json.dumps(value)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+class DocsView(SpectacularSwaggerView):
+    """GET /api/docs/: Swagger UI from local static files, with the schema inlined.
+
+    Inlined, so the page works when the schema itself needs a bearer token. Open while the API
+    is open; once BROKER_API_TOKENS is set, like the admin, it needs a staff login.
+    """
+
+    authentication_classes = (SessionAuthentication,)
+    url_name = "schema"
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
+        if settings.BROKER_API_TOKENS and not _is_staff(request):
+            return redirect_to_login(request.get_full_path(), reverse("admin:login"))
+        response = super().get(request, *args, **kwargs)
+        spec = SchemaGenerator().get_schema(request=request, public=True)
+        swagger = {**spectacular_settings.SWAGGER_UI_SETTINGS, "spec": spec}
+        response.data["settings"] = _script_json(swagger)
+        return response

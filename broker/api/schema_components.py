@@ -1,0 +1,212 @@
+"""The JSON shapes of API.md as OpenAPI 3.0 component schemas, written out by hand.
+
+Written, not introspected: the views parse bodies themselves, and the contract's fine print
+(unknown fields rejected, which fields take null, the caps) has to be stated exactly.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from broker.api.parsing import MAX_DELAY_MS
+from broker.states import COUNTERS, GAUGE_STATES, PRIORITY_BY_NAME, State
+
+Schema = dict[str, Any]
+
+QUEUE_NAME_PATTERN = "^[A-Za-z0-9_.-]{1,64}$"
+TASK_ID_PATTERN = "^(0|[1-9][0-9]{0,17})$"
+MAX_BATCH = 1000
+MAX_CLAIM = 100
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: dict[str, Schema], required: list[str], *, closed: bool = False) -> Schema:
+    schema: Schema = {"type": "object", "properties": properties}
+    if required:  # OpenAPI 3.0 forbids an empty list
+        schema["required"] = required
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+_COUNT: Schema = {"type": "integer", "minimum": 0}
+_TIME: Schema = {"type": "string", "format": "date-time"}
+_TIME_OR_NULL: Schema = {**_TIME, "nullable": True}
+_TEXT_OR_NULL: Schema = {"type": "string", "nullable": True}
+# No "type": any JSON value, null included.
+ANY_JSON: Schema = {"description": "Any JSON value, null included; it comes back as sent."}
+
+_CLAIMED_TASK_FIELDS: dict[str, Schema] = {
+    "id": {"type": "string", "description": "Opaque task id."},
+    "payload": ANY_JSON,
+    "attempts": {**_COUNT, "description": "Deliveries so far, this one included."},
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+    "queue": {"type": "string"},
+    "priority": ref("Priority"),
+    "type": _TEXT_OR_NULL,
+    "created_at": _TIME,
+    "available_at": _TIME,
+}
+_LISTED_TASK_FIELDS: dict[str, Schema] = {
+    **_CLAIMED_TASK_FIELDS,
+    "state": ref("State"),
+    "errors": {"type": "array", "items": ref("AttemptError")},
+    "last_error": _TEXT_OR_NULL,
+    "result": ANY_JSON,
+    "updated_at": _TIME,
+    "worker": {**_TEXT_OR_NULL, "description": "X-Broker-Worker of the current holder."},
+    "lease_deadline": _TIME_OR_NULL,
+    "idempotency_key": _TEXT_OR_NULL,
+}
+
+_ENQUEUE_FIELDS: dict[str, Schema] = {
+    "payload": {**ANY_JSON, "description": "Required (the key must be present); any JSON."},
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3},
+    "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS, "default": 0},
+    "queue": {**ref("QueueName")},
+    "priority": ref("Priority"),
+    "type": {
+        "type": "string",
+        "nullable": True,
+        "maxLength": 64,
+        "description": "A registered job type whose payload is validated; unknown types are a 400.",
+    },
+    "idempotency_key": {
+        "type": "string",
+        "nullable": True,
+        "maxLength": 255,
+        "description": "A repeat with a key still kept answers 200 with the first task's id.",
+    },
+}
+
+_SETTLE_ITEM_RESULT = _object(
+    {
+        "id": {"type": "string", "nullable": True},
+        "status": {"type": "integer", "enum": [204, 400, 404, 409]},
+        "error": {"type": "string"},
+    },
+    ["id", "status"],
+)
+
+COMPONENTS: dict[str, Schema] = {
+    "Error": _object(
+        {
+            "error": {"type": "string", "description": "One human sentence."},
+            "fields": {
+                "type": "object",
+                "description": "Each offending field (dotted path) and its messages.",
+                "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        ["error"],
+    ),
+    "Priority": {"type": "string", "enum": list(PRIORITY_BY_NAME)},
+    "State": {"type": "string", "enum": list(State.values)},
+    "QueueName": {
+        "type": "string",
+        "pattern": QUEUE_NAME_PATTERN,
+        "minLength": 1,
+        "maxLength": 64,
+    },
+    "AttemptError": _object(
+        {"attempt": {"type": "integer"}, "at": _TIME, "error": {"type": "string"}},
+        ["attempt", "at", "error"],
+    ),
+    "ClaimedTask": _object(_CLAIMED_TASK_FIELDS, list(_CLAIMED_TASK_FIELDS)),
+    "Task": _object(_LISTED_TASK_FIELDS, list(_LISTED_TASK_FIELDS)),
+    "TaskPage": _object(
+        {
+            "results": {"type": "array", "items": ref("Task")},
+            "next": {"type": "string", "nullable": True, "description": "URL of the next page."},
+        },
+        ["results", "next"],
+    ),
+    "Delivery": _object(
+        {"task": ref("ClaimedTask"), "lease_id": {"type": "string"}, "deadline": _TIME},
+        ["task", "lease_id", "deadline"],
+    ),
+    "EnqueueRequest": _object(_ENQUEUE_FIELDS, ["payload"], closed=True),
+    "Enqueued": _object({"id": {"type": "string"}}, ["id"]),
+    "Deadline": _object({"deadline": _TIME}, ["deadline"]),
+    "AckRequest": _object(
+        {"lease_id": {"type": "string"}, "result": ANY_JSON}, [], closed=True
+    ),
+    "NackRequest": _object(
+        {"lease_id": {"type": "string"}, "error": _TEXT_OR_NULL}, [], closed=True
+    ),
+    "ExtendRequest": _object(
+        {"lease_id": {"type": "string"}, "lease_ms": {"type": "integer", "minimum": 1}},
+        [],
+        closed=True,
+    ),
+    "Gauges": _object(
+        {state.value: _COUNT for state in GAUGE_STATES}, [s.value for s in GAUGE_STATES]
+    ),
+    "Stats": _object(
+        {
+            **{state.value: _COUNT for state in GAUGE_STATES},
+            "totals": _object(dict.fromkeys(COUNTERS, _COUNT), list(COUNTERS)),
+            "queues": {"type": "object", "additionalProperties": ref("Gauges")},
+        },
+        [*(s.value for s in GAUGE_STATES), "totals"],
+    ),
+    "Health": _object({"status": {"type": "string", "enum": ["ok"]}}, ["status"]),
+    "EnqueueBatchRequest": _object(
+        {
+            "jobs": {
+                "type": "array",
+                "items": ref("EnqueueRequest"),
+                "minItems": 1,
+                "maxItems": MAX_BATCH,
+            }
+        },
+        ["jobs"],
+        closed=True,
+    ),
+    "EnqueuedBatch": _object(
+        {"ids": {"type": "array", "items": {"type": "string"}}}, ["ids"]
+    ),
+    "ClaimRequest": _object(
+        {
+            "max": {"type": "integer", "minimum": 1, "maximum": MAX_CLAIM, "default": 1},
+            "wait_ms": {"type": "integer", "minimum": 0, "default": 20000},
+            "lease_ms": {"type": "integer", "minimum": 1, "default": 30000},
+            "queues": {"type": "array", "items": ref("QueueName")},
+        },
+        [],
+        closed=True,
+    ),
+    "Deliveries": _object(
+        {"deliveries": {"type": "array", "items": ref("Delivery"), "minItems": 1}},
+        ["deliveries"],
+    ),
+    "AckBatchRequest": _object(
+        {
+            "acks": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH,
+                "items": {"description": "{id, lease_id, result}; a bad item gets its own 400."},
+            }
+        },
+        ["acks"],
+        closed=True,
+    ),
+    "NackBatchRequest": _object(
+        {
+            "nacks": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH,
+                "items": {"description": "{id, lease_id, error}; a bad item gets its own 400."},
+            }
+        },
+        ["nacks"],
+        closed=True,
+    ),
+    "SettleResults": _object(
+        {"results": {"type": "array", "items": _SETTLE_ITEM_RESULT}}, ["results"]
+    ),
+}

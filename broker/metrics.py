@@ -1,0 +1,142 @@
+"""GET /metrics: Prometheus text read from the database at scrape time, so every process agrees.
+
+Nothing is counted in process memory. The counters are the lifetime counters of `/stats` (summed
+over their shards), the gauges are `/stats`'s live-state counts per queue, and the processing
+histogram is kept in the same counter shards, bumped by the ack/nack transaction itself. Two
+queries per scrape, whichever gunicorn worker answers.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django.db.models import Sum
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from broker import queue
+from broker.models import DURATION_BUCKETS, CounterShard
+from broker.states import COUNTERS, State
+
+# metric name (without _total): (help, the /stats totals it adds up)
+COUNTER_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "jobs_enqueued": ("Tasks enqueued (totals.enqueued).", ("enqueued",)),
+    "jobs_delivered": ("Tasks handed out to a worker (totals.delivered).", ("delivered",)),
+    "jobs_completed": ("Tasks acked (totals.acked).", ("acked",)),
+    "jobs_failed": (
+        "Failed deliveries: nacks plus expired leases (totals.nacked + totals.reclaimed).",
+        ("nacked", "reclaimed"),
+    ),
+    "jobs_nacked": ("Tasks nacked by a worker (totals.nacked).", ("nacked",)),
+    "jobs_reclaimed": ("Leases that expired (totals.reclaimed).", ("reclaimed",)),
+    "jobs_retried": ("Failures sent back for a retry (totals.retried).", ("retried",)),
+    "jobs_dead_lettered": ("Tasks moved to the dead-letter queue (totals.buried).", ("buried",)),
+    "jobs_requeued": ("Tasks requeued out of the DLQ (totals.requeued).", ("requeued",)),
+    "jobs_cancelled": ("Tasks cancelled (totals.cancelled).", ("cancelled",)),
+}
+
+# metric name: (help, state); labelled by queue
+GAUGE_METRICS: dict[str, tuple[str, State]] = {
+    "queue_pending_jobs": ("Tasks ready to be claimed now.", State.READY),
+    "queue_running_jobs": ("Tasks handed out to a worker now.", State.HANDED_OUT),
+    "queue_delayed_jobs": ("Tasks waiting out a delay or a retry backoff now.", State.DELAYED),
+    "queue_dead_jobs": ("Tasks in the dead-letter queue now.", State.DEAD),
+}
+
+# Always shown, even when idle, so sum() over the gauges is 0 rather than "no data".
+ALWAYS_SHOWN_QUEUE = "default"
+
+_SUMMED = (*COUNTERS, *(name for _, name in DURATION_BUCKETS), "dur_sum_us")
+
+
+def shard_sums() -> dict[str, int]:
+    """Every counter and histogram column, summed over the shards, in one query."""
+    sums = CounterShard.objects.aggregate(**{name: Sum(name) for name in _SUMMED})
+    return {name: sums[name] or 0 for name in _SUMMED}
+
+
+class BrokerCollector(Collector):
+    """Builds every metric family from the database on each collect()."""
+
+    def collect(self) -> Iterator[Metric]:
+        sums = shard_sums()
+        for name, (doc, parts) in COUNTER_METRICS.items():
+            yield CounterMetricFamily(name, doc, value=sum(sums[p] for p in parts))
+        _, per_queue = queue.gauges()
+        per_queue.setdefault(ALWAYS_SHOWN_QUEUE, {})
+        for name, (doc, state) in GAUGE_METRICS.items():
+            family = GaugeMetricFamily(name, doc, labels=["queue"])
+            for queue_name in sorted(per_queue):
+                family.add_metric([queue_name], per_queue[queue_name].get(state, 0))
+            yield family
+        yield _histogram(sums)
+
+
+def _histogram(sums: dict[str, int]) -> HistogramMetricFamily:
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, column in DURATION_BUCKETS:
+        cumulative += sums[column]
+        buckets.append((floatToGoString(bound), cumulative))
+    return HistogramMetricFamily(
+        "job_processing_duration_seconds",
+        "Seconds from claim to ack or nack (expired leases are not observed).",
+        buckets=buckets,
+        sum_value=sums["dur_sum_us"] / 1_000_000,
+    )
+
+
+# Its own registry: no process_* or python_* metrics, which would differ between processes.
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(BrokerCollector())
+
+
+class _AnyAccept(BaseContentNegotiation):
+    """Whatever the scraper's Accept says: the text format on success, JSON for errors."""
+
+    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(
+        self, request: Request, renderers: list[Any], format_suffix: str | None = None
+    ) -> tuple[Any, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class MetricsView(APIView):
+    """GET /metrics in the Prometheus text format (0.0.4)."""
+
+    content_negotiation_class = _AnyAccept
+
+    @extend_schema(
+        operation_id="metrics",
+        summary="Prometheus metrics",
+        description=(
+            "Prometheus text format 0.0.4, built from the database at scrape time: the same "
+            "numbers from every broker process, and the counters equal the `/stats` totals "
+            "(`jobs_completed_total` = `totals.acked`, `jobs_failed_total` = `totals.nacked + "
+            "totals.reclaimed`, `jobs_dead_lettered_total` = `totals.buried`, ...). Gauges are "
+            "labelled by queue."
+        ),
+        tags=["observability"],
+        responses={
+            (200, "text/plain"): OpenApiResponse(
+                response={"type": "string"}, description="The metrics, one sample a line."
+            ),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse:
+        return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_PLAIN_0_0_4)

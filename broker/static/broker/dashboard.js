@@ -1,0 +1,235 @@
+// The queue dashboard: polls /dashboard/data.json, fills the page, and plots per-second rates.
+// Rates come from successive snapshots of the lifetime totals, kept here for the last 5 minutes:
+// the server keeps no history.
+"use strict";
+
+(function () {
+  const root = document.getElementById("dashboard");
+  if (!root) return;
+  const DATA_URL = root.dataset.url;
+  const INTERVAL_MS = 1500;
+  const WINDOW_MS = 5 * 60 * 1000;
+  const SERIES = [
+    { key: "enqueued", cssVar: "--dash-enqueued" },
+    { key: "acked", cssVar: "--dash-acked" },
+    { key: "failed", cssVar: "--dash-failed" },
+  ];
+  const STATES = ["ready", "handed_out", "delayed", "dead"];
+
+  let previous = null; // {t, enqueued, acked, failed}: the last snapshot's counters
+  const points = []; // {t, enqueued, acked, failed}: rates per second
+  let stopped = false;
+
+  const $ = (sel) => root.querySelector(sel);
+  const $$ = (sel) => Array.from(root.querySelectorAll(sel));
+  const fmt = (n) => Number(n).toLocaleString("en-US");
+
+  function fmtRate(r) {
+    if (r === undefined || r === null) return "–";
+    return r >= 100 ? fmt(Math.round(r)) : r.toFixed(1);
+  }
+
+  function fmtAge(seconds) {
+    if (seconds === null || seconds === undefined) return "none ready";
+    if (seconds < 60) return seconds.toFixed(1) + " s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min " + Math.floor(seconds % 60) + " s";
+    return Math.floor(seconds / 3600) + " h " + Math.floor((seconds % 3600) / 60) + " min";
+  }
+
+  function cell(tag, text) {
+    const el = document.createElement(tag);
+    el.textContent = text;
+    return el;
+  }
+
+  function render(snap) {
+    for (const el of $$("[data-gauge]")) el.textContent = fmt(snap.gauges[el.dataset.gauge] ?? 0);
+    for (const el of $$("[data-total]")) el.textContent = fmt(snap.totals[el.dataset.total] ?? 0);
+
+    const inv = snap.invariant;
+    const badge = $("#invariant");
+    badge.textContent = inv.healthy ? "Invariant holds" : "Invariant broken";
+    badge.classList.toggle("healthy", inv.healthy);
+    badge.classList.toggle("broken", !inv.healthy);
+    $("#inv-left").textContent = fmt(inv.nacked_plus_reclaimed);
+    $("#inv-right").textContent = fmt(inv.retried_plus_buried);
+    $("#oldest-ready").textContent = fmtAge(snap.oldest_ready_age_s);
+    $("#updated-at").textContent = new Date(snap.now_ms).toLocaleTimeString();
+
+    const body = $("#queue-table tbody");
+    const rows = Object.entries(snap.queues).map(([name, counts]) => {
+      const tr = document.createElement("tr");
+      tr.dataset.queue = name;
+      tr.append(cell("th", name), ...STATES.map((s) => cell("td", fmt(counts[s] ?? 0))));
+      return tr;
+    });
+    if (!rows.length) {
+      const td = cell("td", "No live tasks in any queue.");
+      td.colSpan = 5;
+      td.className = "dash-empty";
+      const tr = document.createElement("tr");
+      tr.append(td);
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+
+    const list = $("#top-errors");
+    list.replaceChildren(
+      ...snap.top_errors.map((e) => {
+        const li = document.createElement("li");
+        const a = document.createElement("a");
+        a.href = e.dlq_url;
+        a.title = "Open the dead-letter queue filtered on this error";
+        a.append(cell("span", fmt(e.count) + " ×"), cell("code", e.error ?? "(no error recorded)"));
+        a.firstChild.className = "dash-count";
+        li.append(a);
+        return li;
+      })
+    );
+    $("#no-errors").hidden = snap.top_errors.length > 0;
+  }
+
+  function record(snap) {
+    const t = snap.now_ms;
+    const cur = {
+      t,
+      enqueued: snap.totals.enqueued,
+      acked: snap.totals.acked,
+      failed: snap.totals.nacked + snap.totals.reclaimed,
+    };
+    if (previous && t > previous.t) {
+      const dt = (t - previous.t) / 1000;
+      const point = { t };
+      for (const { key } of SERIES) point[key] = (cur[key] - previous[key]) / dt;
+      // A counter that went down means a new database: start the plot afresh.
+      if (SERIES.some(({ key }) => point[key] < 0)) points.length = 0;
+      else points.push(point);
+    }
+    previous = cur;
+    while (points.length && points[0].t < t - WINDOW_MS) points.shift();
+    const latest = points[points.length - 1];
+    for (const el of $$("[data-rate]")) el.textContent = fmtRate(latest && latest[el.dataset.rate]);
+  }
+
+  // A round grid step (1, 2, 2.5 or 5 times a power of ten) giving at most about 4 lines.
+  function niceStep(top) {
+    const raw = Math.max(top, 1) / 4;
+    const power = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 2.5, 5]) if (raw <= m * power) return m * power;
+    return 10 * power;
+  }
+
+  function draw() {
+    const canvas = document.getElementById("rate-plot");
+    const style = getComputedStyle(root);
+    const ratio = window.devicePixelRatio || 1;
+    const width = canvas.clientWidth;
+    const height = canvas.clientHeight;
+    canvas.width = Math.round(width * ratio);
+    canvas.height = Math.round(height * ratio);
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+
+    const fg = style.getPropertyValue("--body-quiet-color").trim() || "#666";
+    const grid = style.getPropertyValue("--hairline-color").trim() || "#ddd";
+    const pad = { left: 48, right: 12, top: 10, bottom: 24 };
+    const plotW = width - pad.left - pad.right;
+    const plotH = height - pad.top - pad.bottom;
+    const end = previous ? previous.t : Date.now();
+    // The x axis spans 1, 2, 3 or 5 minutes: as much as the page has seen, so a fresh page
+    // does not squeeze its first seconds into the right edge.
+    const seen = points.length ? end - points[0].t : 0;
+    const span = [1, 2, 3, 5].map((m) => m * 60000).find((w) => w >= seen) ?? WINDOW_MS;
+    const start = end - span;
+    let highest = 0;
+    for (const p of points) for (const { key } of SERIES) highest = Math.max(highest, p[key]);
+    const yStep = niceStep(highest);
+    const top = Math.max(1, Math.ceil(highest / yStep) * yStep);
+
+    const x = (t) => pad.left + ((t - start) / span) * plotW;
+    const y = (v) => pad.top + plotH - (v / top) * plotH;
+
+    ctx.font = "11px " + (getComputedStyle(document.body).fontFamily || "sans-serif");
+    ctx.lineWidth = 1;
+    ctx.fillStyle = fg;
+    ctx.strokeStyle = grid;
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (let i = 0; i * yStep <= top + 1e-9; i++) {
+      const v = i * yStep;
+      const yy = Math.round(y(v)) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(pad.left, yy);
+      ctx.lineTo(width - pad.right, yy);
+      ctx.stroke();
+      ctx.fillText(String(Number(v.toFixed(2))), pad.left - 6, yy);
+    }
+    ctx.textAlign = "center";
+    ctx.textBaseline = "top";
+    const step = span <= 60000 ? 15000 : 60000;
+    for (let ago = span; ago >= 0; ago -= step) {
+      const label = ago === 0 ? "now" : ago % 60000 ? "−" + ago / 1000 + " s" : "−" + ago / 60000 + " min";
+      ctx.fillText(label, x(end - ago), height - pad.bottom + 6);
+    }
+
+    if (points.length < 2) {
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.fillText("collecting rates…", pad.left + plotW / 2, pad.top + plotH / 2);
+    }
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(pad.left, pad.top - 2, plotW, plotH + 4);
+    ctx.clip();
+    ctx.lineWidth = 2;
+    ctx.lineJoin = "round";
+    for (const { key, cssVar } of SERIES) {
+      if (!points.length) break;
+      ctx.strokeStyle = style.getPropertyValue(cssVar).trim();
+      ctx.beginPath();
+      points.forEach((p, i) => (i ? ctx.lineTo(x(p.t), y(p[key])) : ctx.moveTo(x(p.t), y(p[key]))));
+      ctx.stroke();
+    }
+    ctx.restore();
+  }
+
+  function setStale(stale, message) {
+    const el = $("#updated");
+    el.classList.toggle("stale", stale);
+    if (message) el.textContent = message;
+  }
+
+  async function tick() {
+    if (stopped) return;
+    try {
+      const res = await fetch(DATA_URL, {
+        credentials: "same-origin",
+        cache: "no-store",
+        headers: { Accept: "application/json" },
+      });
+      if (res.status === 403) {
+        stopped = true;
+        setStale(true, "Your session has ended: reload the page to log in again.");
+        return;
+      }
+      if (!res.ok) throw new Error("HTTP " + res.status);
+      const snap = await res.json();
+      render(snap);
+      record(snap);
+      draw();
+      setStale(false);
+    } catch (err) {
+      setStale(true);
+    } finally {
+      if (!stopped) setTimeout(tick, INTERVAL_MS);
+    }
+  }
+
+  const initial = JSON.parse(document.getElementById("dashboard-initial").textContent);
+  render(initial);
+  record(initial);
+  draw();
+  window.addEventListener("resize", draw);
+  setTimeout(tick, INTERVAL_MS);
+})();

@@ -1,0 +1,262 @@
+"""A django.tasks backend (django-tasks backport) on this broker: @task functions run in runworker.
+
+    TASKS = {"default": {
+        "BACKEND": "broker.tasks_backend.BrokerBackend",
+        "QUEUES": [],                                   # any broker queue name
+        "OPTIONS": {"ALLOWED_TASKS": ["myapp.tasks.*"], "MAX_ATTEMPTS": 1},
+    }}
+
+An enqueue stores a broker task of type "django_task" in the caller's database transaction; its
+payload names the function by dotted path with its args and kwargs. runworker's django_task job
+type imports and runs it if the path is allowed, and acks its return value or nacks the
+traceback. get_result() reads the task row back.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import sys
+import traceback
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.core import checks
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.module_loading import import_string
+from django_tasks import TaskResult, TaskResultStatus
+from django_tasks.backends.base import BaseTaskBackend
+from django_tasks.base import Task, TaskError
+from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+from django_tasks.signals import task_enqueued
+from django_tasks.utils import get_module_path, normalize_json
+from typing_extensions import ParamSpec
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+JOB_TYPE = "django_task"
+BACKEND_PATH = f"{__name__}.BrokerBackend"
+# The broker's own queue-name rule (broker.api.parsing.QUEUE_PATTERN).
+_QUEUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_DELAY = timedelta(days=7)
+# A nack's error is the traceback; keep its end (the raise site) within a modest request body.
+MAX_TRACEBACK_CHARS = 32_000
+
+
+class TaskNotAllowedError(Exception):
+    """The task's path is not in this worker's allow-list, or is not a @task function."""
+
+
+class TaskCancelledError(Exception):
+    """The task was cancelled in the broker (DELETE /jobs/{id}) before it finished."""
+
+
+class BrokerTaskError(Exception):
+    """A failed attempt the function did not raise: its lease expired, or it was nacked."""
+
+
+def broker_priority(priority: int) -> str:
+    """django.tasks priority (-100..100, higher first) → the broker's: >0 high, 0 normal, <0 low."""
+    if priority > 0:
+        return "high"
+    return "normal" if priority == 0 else "low"
+
+
+# -- the allow-list ---------------------------------------------------------------------------
+
+
+def allowed_patterns() -> list[str]:
+    """BROKER_TASKS_ALLOWED if set, else every BrokerBackend's OPTIONS["ALLOWED_TASKS"]."""
+    explicit = list(getattr(settings, "BROKER_TASKS_ALLOWED", None) or [])
+    if explicit:
+        return explicit
+    patterns: list[str] = []
+    for params in (getattr(settings, "TASKS", None) or {}).values():
+        if params.get("BACKEND") == BACKEND_PATH:
+            patterns.extend(params.get("OPTIONS", {}).get("ALLOWED_TASKS", []))
+    return patterns
+
+
+def is_allowed(path: str) -> bool:
+    """Whether `path` matches an allow-list pattern (fnmatch: "myapp.tasks.*", or exact)."""
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in allowed_patterns())
+
+
+def load_task(path: str) -> Task:
+    """The @task object at `path`; TaskNotAllowedError unless allowed and really a Task."""
+    if not is_allowed(path):
+        raise TaskNotAllowedError(
+            f"{path} is not in this worker's allow-list (BROKER_TASKS_ALLOWED or the TASKS "
+            "backend's OPTIONS['ALLOWED_TASKS']); a retry fails the same way unless a worker "
+            "that allows it claims the task"
+        )
+    found = import_string(path)
+    if not isinstance(found, Task):
+        raise TaskNotAllowedError(f"{path} is not a @task function")
+    return found
+
+
+# -- errors as nack text ----------------------------------------------------------------------
+
+
+def error_text(exc: BaseException) -> str:
+    """A nack's error: the exception's class path on the first line, then its traceback."""
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > MAX_TRACEBACK_CHARS:
+        text = "...\n" + text[-MAX_TRACEBACK_CHARS:]
+    return f"{get_module_path(type(exc))}\n{text}"
+
+
+_ERROR_HEAD = re.compile(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*")
+
+
+def task_error(text: str) -> TaskError:
+    """A stored error → the framework's TaskError; broker-made errors get BrokerTaskError."""
+    head, _, rest = text.partition("\n")
+    if _ERROR_HEAD.fullmatch(head) and rest:
+        return TaskError(exception_class_path=head, traceback=rest)
+    return TaskError(exception_class_path=get_module_path(BrokerTaskError), traceback=text)
+
+
+# -- the backend ------------------------------------------------------------------------------
+
+_STATUS = {
+    "ready": TaskResultStatus.READY,
+    "delayed": TaskResultStatus.READY,  # waiting out run_after or a retry's backoff
+    "handed_out": TaskResultStatus.RUNNING,
+    "done": TaskResultStatus.SUCCESSFUL,
+    "dead": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+}
+
+
+class BrokerBackend(BaseTaskBackend):
+    """Tasks go into the broker's database; runworker (django_task job type) runs them."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        if task.takes_context:
+            # runworker hands a job type only the payload: no task id or attempt to give.
+            raise InvalidTaskError("BrokerBackend does not support takes_context.")
+        if not _QUEUE_RE.fullmatch(task.queue_name):
+            raise InvalidTaskError(f"queue_name must match [A-Za-z0-9_.-]{{1,64}}: "
+                                   f"{task.queue_name!r}")
+        if task.run_after is not None and task.run_after - timezone.now() > MAX_DELAY:
+            raise InvalidTaskError("run_after must be at most 7 days ahead.")
+
+    def enqueue(
+        self,
+        task: Task[P, T],
+        args: P.args,  # type: ignore[valid-type]
+        kwargs: P.kwargs,  # type: ignore[valid-type]
+    ) -> TaskResult[T]:
+        """Store the task in the current transaction (see broker.enqueue); READY or delayed."""
+        from broker import queue
+        from broker.queue import NewTask
+        from broker.states import PRIORITY_BY_NAME
+
+        self.validate_task(task)
+        args, kwargs = normalize_json(args), normalize_json(kwargs)
+        payload = {
+            "path": task.module_path, "args": args, "kwargs": kwargs,
+            "priority": task.priority,
+            "run_after": task.run_after.isoformat() if task.run_after else None,
+        }
+        try:
+            text = json.dumps(payload, allow_nan=False, ensure_ascii=True, separators=(",", ":"))
+        except ValueError as exc:
+            raise InvalidTaskError(f"args and kwargs must be JSON: {exc}") from exc
+        delay_ms = 0
+        if task.run_after is not None:
+            # Rounded up: the task must not become ready before run_after.
+            micros = (task.run_after - timezone.now()) // timedelta(microseconds=1)
+            delay_ms = max(0, -(-micros // 1000))
+        pk, _ = queue.enqueue(NewTask(
+            payload=text,
+            max_attempts=int(self.options.get("MAX_ATTEMPTS", 1)),
+            delay_ms=delay_ms,
+            queue=task.queue_name,
+            priority=PRIORITY_BY_NAME[broker_priority(task.priority)],
+            type=JOB_TYPE,
+        ))
+        result: TaskResult[T] = TaskResult(
+            task=task, id=str(pk), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
+            started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
+            backend=self.alias, errors=[], worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task as stored now; TaskResultDoesNotExist for an id that is not a django_task."""
+        from broker.models import Task as Row
+
+        pk = int(result_id) if str(result_id).isdigit() and len(str(result_id)) < 19 else None
+        row = Row.objects.filter(pk=pk, type=JOB_TYPE).first() if pk is not None else None
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        payload = json.loads(row.payload)
+        task = self._task_for(payload, row.queue, result_id)
+        errors = [task_error(e) for e in row.error_history.values_list("error", flat=True)]
+        if row.state == "cancelled":
+            errors.append(TaskError(exception_class_path=get_module_path(TaskCancelledError),
+                                    traceback="cancelled in the broker"))
+        finished = row.state in ("done", "dead", "cancelled")
+        # The broker names only the worker holding the task, not those of earlier attempts.
+        worker_ids = ["unknown"] * row.attempts
+        if worker_ids and row.state == "handed_out" and row.worker:
+            worker_ids[-1] = row.worker
+        result = TaskResult(
+            task=task, id=str(row.pk), status=_STATUS[row.state], enqueued_at=row.created_at,
+            started_at=row.claimed_at, last_attempted_at=row.claimed_at,
+            finished_at=row.updated_at if finished else None, args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}), backend=self.alias, errors=errors,
+            worker_ids=worker_ids,
+        )
+        if row.state == "done":
+            object.__setattr__(
+                result, "_return_value", None if row.result is None else json.loads(row.result)
+            )
+        return result
+
+    def _task_for(self, payload: dict[str, Any], queue_name: str, result_id: str) -> Task:
+        """The stored path's Task as enqueued (priority, queue, run_after).
+
+        Imports the path only if allowed, or its module is already imported (the caller of
+        my_task.get_result() has it): a row written over HTTP must not import arbitrary code.
+        """
+        path = str(payload.get("path", ""))
+        module = path.rpartition(".")[0]
+        if not (is_allowed(path) or module in sys.modules):
+            raise TaskResultDoesNotExist(f"{result_id}: {path} is neither imported nor allowed")
+        try:
+            found = import_string(path)
+        except ImportError as exc:
+            raise TaskResultDoesNotExist(f"{result_id}: cannot import {path}") from exc
+        if not isinstance(found, Task):
+            raise TaskResultDoesNotExist(f"{result_id}: {path} is not a @task function")
+        run_after = payload.get("run_after")
+        return found.using(
+            priority=int(payload.get("priority", found.priority)),
+            queue_name=queue_name,
+            run_after=parse_datetime(run_after) if isinstance(run_after, str) else None,
+            backend=self.alias,
+        )
+
+    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+        for name in sorted(self.queues):
+            if not _QUEUE_RE.fullmatch(name):
+                yield checks.Error(
+                    f"TASKS[{self.alias!r}] QUEUES: {name!r} is not a broker queue name",
+                    hint="Queue names match [A-Za-z0-9_.-]{1,64}.",
+                    id="broker.E001",
+                )

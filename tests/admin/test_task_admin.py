@@ -1,0 +1,243 @@
+"""The task list and page in admin: columns, filters, search, read-only detail, Cancel selected."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from html import unescape
+
+import pytest
+from django.contrib.messages import get_messages
+from django.test import Client
+from django.urls import reverse
+
+from broker import queue
+from broker.models import Task
+from broker.states import Priority, State
+
+TASKS = reverse("admin:broker_task_changelist")
+pytestmark = pytest.mark.django_db
+
+
+def _change(pk: int) -> str:
+    return reverse("admin:broker_task_change", args=[pk])
+
+
+def _listed_ids(html: str) -> list[int]:
+    return [int(pk) for pk in re.findall(r"/admin/broker/task/(\d+)/change/", html)]
+
+
+def _state(pk: int) -> str:
+    return Task.objects.values_list("state", flat=True).get(pk=pk)
+
+
+def test_task_list__columns__id_state_queue_type_priority_attempts_error_updated(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    error = 'Traceback (most recent call last):\n  File "job.py", line 3\nValueError: ' + "x" * 300
+    pk = dead(1, error=error)[0]
+
+    html = admin_client.get(TASKS).content.decode()
+
+    headers = re.findall(r'<div class="text">(?:<a [^>]*>|<span>)([^<]+)<', html)
+    assert headers == [
+        "Id",
+        "State",
+        "Queue",
+        "Type",
+        "Priority",
+        "Attempts",
+        "Last error",
+        "Updated",
+    ]
+    assert f">#{pk}</a>" in html
+    assert ">1/1<" in html
+    # The error column shows a traceback's telling last line, cut short.
+    row = re.search(r'<td class="field-error_preview">([^<]*)</td>', html)
+    assert row is not None
+    assert row.group(1) == "ValueError: " + "x" * 67 + "…"
+
+
+def test_task_list__plain_error__first_line_shown(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    dead(1, error="connection refused\nwhile posting to https://hooks.example.org")
+    html = admin_client.get(TASKS).content.decode()
+    assert '<td class="field-error_preview">connection refused</td>' in html
+
+
+def test_task_list__newest_first(admin_client: Client, enqueue_task: Callable[..., int]) -> None:
+    ids = [enqueue_task() for _ in range(3)]
+    assert _listed_ids(admin_client.get(TASKS).content.decode()) == ids[::-1]
+
+
+@pytest.mark.parametrize(
+    ("query", "expect"),
+    [
+        ("state__exact=ready", {"ready_mail"}),
+        ("state__exact=dead", {"dead_default"}),
+        ("queue=mail", {"ready_mail"}),
+        (f"priority__exact={Priority.HIGH}", {"high_default"}),
+        ("type=-", {"ready_mail", "dead_default", "high_default"}),
+    ],
+)
+def test_task_list__filters(
+    admin_client: Client,
+    dead: Callable[..., list[int]],
+    enqueue_task: Callable[..., int],
+    query: str,
+    expect: set[str],
+) -> None:
+    made = {"dead_default": dead(1)[0]}
+    made["ready_mail"] = enqueue_task(queue="mail")
+    made["high_default"] = enqueue_task(priority=Priority.HIGH)
+    queue.claim(["default"], 30_000)  # the high-priority one, now handed out
+
+    html = admin_client.get(f"{TASKS}?{query}").content.decode()
+
+    assert set(_listed_ids(html)) == {made[name] for name in expect}
+
+
+def test_task_list__filter_sidebar__offers_states_queues_and_types(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    enqueue_task(queue="mail")
+    enqueue_task(queue="billing")
+
+    html = admin_client.get(TASKS).content.decode()
+
+    for link in (
+        "?state__exact=dead",
+        "?queue=billing",
+        "?queue=mail",
+        "?type=-",
+        "?priority__exact=0",
+    ):
+        assert f'href="{link}"' in html, link
+
+
+@pytest.mark.parametrize("term", ["#{pk}", "order-42", "needle-in-payload", "disk full"])
+def test_task_list__search__id_key_payload_and_error(
+    admin_client: Client,
+    dead: Callable[..., list[int]],
+    enqueue_task: Callable[..., int],
+    term: str,
+) -> None:
+    target = dead(1, error="disk full on /var", payload={"note": "needle-in-payload"})[0]
+    Task.objects.filter(pk=target).update(idempotency_key="order-42")  # not a state field
+    others = [enqueue_task(), enqueue_task(payload={"note": "hay"})]
+
+    html = admin_client.get(TASKS, {"q": term.format(pk=target)}).content.decode()
+
+    assert _listed_ids(html) == [target]
+    assert not set(others) & set(_listed_ids(html))
+
+
+def test_task_list__search_bare_number__the_task_with_that_id_and_text_matches(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    first = enqueue_task(payload={"order": "A"})
+    enqueue_task(payload={"order": "B"})
+    mentions = enqueue_task(payload={"order": f"#{first}"})
+
+    html = admin_client.get(TASKS, {"q": str(first)}).content.decode()
+
+    assert _listed_ids(html) == [mentions, first]
+
+
+def test_task_page__payload_result_and_every_error_pretty_printed(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    pk = enqueue_task(payload={"to": "ana@example.com", "lines": [1, 2]}, max_attempts=3)
+    for error in ("first: timeout", "second: <refused>"):
+        d = queue.claim(None, 30_000)[0]
+        queue.nack(d.task.pk, lease_id=d.lease_id, error=error)
+        Task.objects.filter(pk=pk).update(available_at=d.task.available_at)  # skip the backoff
+        queue.promote_delayed()
+    d = queue.claim(None, 30_000)[0]
+    queue.ack(pk, lease_id=d.lease_id, result={"sent": True})
+
+    raw = admin_client.get(_change(pk)).content.decode()
+    html = unescape(raw)
+
+    assert '{\n  "to": "ana@example.com",\n  "lines": [\n    1,\n    2\n  ]\n}' in html
+    assert '{\n  "sent": true\n}' in html
+    assert "first: timeout" in html
+    assert "second: &lt;refused&gt;" in raw  # escaped, not markup
+    assert re.search(r"<td>1</td>.*first: timeout.*<td>2</td>.*second", html, re.S)
+
+
+def test_task_page__read_only__no_save_and_a_post_changes_nothing(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    pk = enqueue_task()
+
+    page = admin_client.get(_change(pk)).content.decode()
+    response = admin_client.post(
+        _change(pk), {"state": "done", "attempts": 9, "lease_id": "x", "_save": "Save"}
+    )
+
+    assert 'name="_save"' not in page
+    assert 'name="state"' not in page
+    assert response.status_code == 403
+    task = Task.objects.get(pk=pk)
+    assert (task.state, task.attempts, task.lease_id) == (State.READY, 0, None)
+
+
+def test_task_admin__no_add_and_no_delete(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    pk = enqueue_task()
+    assert admin_client.get(reverse("admin:broker_task_add")).status_code == 403
+    assert admin_client.post(reverse("admin:broker_task_delete", args=[pk])).status_code == 403
+    html = admin_client.get(TASKS).content.decode()
+    assert "delete_selected" not in html
+    assert Task.objects.filter(pk=pk).exists()
+
+
+def test_task_page__dead_task__links_to_its_dlq_page(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    pk = dead(1)[0]
+    html = admin_client.get(_change(pk)).content.decode()
+    assert f'href="{reverse("admin:broker_deadtask_change", args=[pk])}"' in html
+
+
+def test_cancel_selected__live_tasks_cancelled_dead_left_alone(
+    admin_client: Client, dead: Callable[..., list[int]], enqueue_task: Callable[..., int]
+) -> None:
+    gone = dead(1)[0]
+    ready, later = enqueue_task(), enqueue_task(delay_ms=60_000)
+    before = queue.totals()["cancelled"]
+
+    response = admin_client.post(
+        TASKS, {"action": "cancel_selected", "index": 0, "_selected_action": [gone, ready, later]}
+    )
+
+    assert [str(m) for m in get_messages(response.wsgi_request)] == ["2 tasks cancelled."]
+    assert (_state(gone), _state(ready), _state(later)) == (
+        State.DEAD,
+        State.CANCELLED,
+        State.CANCELLED,
+    )
+    assert queue.totals()["cancelled"] - before == 2
+
+
+def test_view_only_staff__cancel_selected__not_offered_and_refused(
+    user_with: Callable[..., Client], enqueue_task: Callable[..., int]
+) -> None:
+    pk = enqueue_task()
+    client = user_with("view_task")
+
+    html = client.get(TASKS).content.decode()
+    client.post(TASKS, {"action": "cancel_selected", "index": 0, "_selected_action": [pk]})
+
+    assert "cancel_selected" not in html
+    assert _state(pk) == State.READY
+    assert client.get(_change(pk)).status_code == 200  # may look, not touch
+
+
+def test_staff_without_any_task_permission__task_list__403(
+    user_with: Callable[..., Client],
+) -> None:
+    assert user_with().get(TASKS).status_code == 403

@@ -1,0 +1,188 @@
+"""Fault-test harness: a restartable broker on a fixed port, keyed producers, the final audit."""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker import queue
+from broker.models import Task, TaskError
+from tests.procs import VENV_BIN, Proc, child_env, free_port, http, manage, wait_until
+
+LEASE_EXPIRED = "lease expired"
+
+
+class Broker:
+    """gunicorn (gunicorn.conf.py) that can be killed and started again on the same port."""
+
+    def __init__(self, db_url: str, tmp: Path, workers: int = 2, **env: str) -> None:
+        self.db_url, self.tmp, self.workers, self.env = db_url, tmp, workers, env
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc: Proc | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 30) -> None:
+        self.starts += 1
+        self.proc = Proc(
+            [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{self.port}",
+             "--workers", str(self.workers)],
+            child_env(self.db_url, **self.env),
+            self.tmp / f"broker-{self.starts}.log",
+        )
+        wait_until(self._healthy, timeout, 0.1, "the broker to answer /healthz")
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.popen.poll() is not None:
+            raise AssertionError(f"gunicorn exited early:\n{self.proc.output()}")
+        try:
+            return http("GET", f"{self.base}/healthz", timeout=1)[0] == 200
+        except OSError:
+            return False
+
+    def kill9(self) -> None:
+        """SIGKILL the master and its workers at once (one process group)."""
+        assert self.proc is not None
+        self.proc.kill_group(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc.stop()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+
+@dataclass
+class Producers:
+    """`threads` producers, each enqueueing `per_thread` tasks with an idempotency key and
+    retrying each one (same key) until the broker takes it or `give_up_s` passes.
+
+    `accepted` maps key -> task id for every task the broker confirmed (201, or 200 for a retry
+    whose first answer was lost); `statuses` counts every answer (-1: not JSON), `errors`
+    every send that got no answer.
+    """
+
+    base: str
+    threads: int
+    per_thread: int
+    body: dict[str, Any] = field(default_factory=dict)
+    pause_s: float = 0.0
+    fail_every: int = 0  # every n-th task of a producer asks to fail ({"fail": true})
+    give_up_s: float = 60.0
+    accepted: dict[str, str] = field(default_factory=dict)
+    failing: set[str] = field(default_factory=set)  # keys of the tasks that ask to fail
+    statuses: Counter[int] = field(default_factory=Counter)
+    errors: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def wanted(self) -> int:
+        return self.threads * self.per_thread
+
+    def start(self) -> Producers:
+        self._threads = [
+            threading.Thread(target=self._run, args=(n,), daemon=True)
+            for n in range(self.threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def join(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        assert not any(t.is_alive() for t in self._threads), "producers still running"
+
+    def _run(self, n: int) -> None:
+        for i in range(self.per_thread):
+            key = uuid.uuid4().hex
+            payload: dict[str, Any] = {"producer": n, "i": i}
+            if self.fail_every and i % self.fail_every == 0:
+                payload["fail"] = True
+                self.failing.add(key)
+            body = {**self.body, "payload": payload, "idempotency_key": key}
+            end = time.monotonic() + self.give_up_s
+            while time.monotonic() < end:
+                try:
+                    status, answer = http("POST", f"{self.base}/jobs", body, timeout=15)
+                except OSError:
+                    status, answer = 0, None
+                except ValueError:  # an answer that is not JSON: counted as status -1
+                    status, answer = -1, None
+                with self._lock:
+                    if status:
+                        self.statuses[status] += 1
+                    else:
+                        self.errors += 1
+                    if status in (200, 201):
+                        self.accepted[key] = answer["id"]
+                if status in (200, 201):
+                    break
+                time.sleep(0.1)
+            time.sleep(self.pause_s)
+
+
+def workers(
+    base: str, db_url: str, tmp: Path, log: Path, n: int, *args: str, first: int = 0
+) -> list[Proc]:
+    """n runworker processes appending to `log`; their own output in worker-<first + i>.log."""
+    return [
+        manage(["runworker", "--broker", base, "--log-file", str(log), "--wait-ms", "2000",
+                *args], db_url, tmp, f"worker-{i}")
+        for i in range(first, first + n)
+    ]
+
+
+def sweeper(db_url: str, tmp: Path, name: str = "sweeper", interval_ms: int = 100) -> Proc:
+    return manage(["runsweeper", "--interval-ms", str(interval_ms)], db_url, tmp, name)
+
+
+def log_lines(log: Path) -> Counter[str]:
+    """How many times each task id was handled (one JSON line per run of the handler)."""
+    if not log.exists():
+        return Counter()
+    return Counter(json.loads(line)["id"] for line in log.read_text().splitlines())
+
+
+def settled() -> bool:
+    """Nothing ready, handed out or delayed: every task has reached a final state."""
+    overall, _ = queue.gauges()
+    return overall["ready"] + overall["handed_out"] + overall["delayed"] == 0
+
+
+def audit(accepted: dict[str, str], log: Path) -> dict[int, tuple[str, int, int]]:
+    """Every task now: {id: (state, attempts, lease expiries)}; checks what holds for any fault.
+
+    - every accepted task exists (nothing lost), and nothing but accepted tasks exists;
+    - attempts never exceed max_attempts;
+    - a task ran more than once only after its lease expired (one extra run per expiry);
+    - the counters balance.
+    """
+    rows = {
+        pk: (state, attempts, max_attempts)
+        for pk, state, attempts, max_attempts in Task.objects.values_list(
+            "pk", "state", "attempts", "max_attempts"
+        )
+    }
+    accepted_ids = {int(i) for i in accepted.values()}
+    assert accepted_ids <= set(rows), f"lost: {sorted(accepted_ids - set(rows))[:10]}"
+    assert set(rows) == accepted_ids, f"unexpected tasks: {sorted(set(rows) - accepted_ids)[:10]}"
+    expiries = Counter(
+        TaskError.objects.filter(error=LEASE_EXPIRED).values_list("task_id", flat=True)
+    )
+    runs = log_lines(log)
+    for pk, (state, attempts, max_attempts) in rows.items():
+        assert attempts <= max_attempts, (pk, attempts, max_attempts)
+        assert runs[str(pk)] <= 1 + expiries[pk], (pk, runs[str(pk)], expiries[pk], state)
+    totals = queue.totals()
+    assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"], totals
+    return {pk: (state, attempts, expiries[pk]) for pk, (state, attempts, _) in rows.items()}

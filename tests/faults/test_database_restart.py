@@ -1,0 +1,173 @@
+"""PostgreSQL restarted under load: 503 JSON while it is away, recovery by itself, nothing lost.
+
+Restarting PostgreSQL disturbs everything else using it on this machine, so this test is `slow`
+(RUN_SLOW=1, which .ci/run sets), keeps the outage to a few seconds, and always starts the
+cluster again, whatever happens.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from django.db import DatabaseError, connection
+
+from broker.states import State
+from tests.faults.harness import Broker, Producers, audit, settled, sweeper, workers
+from tests.procs import Proc, http, running, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+OUTAGE_S = 3.0
+
+
+def _cluster() -> list[str]:
+    version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
+    return ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]
+
+
+def _pg_ready() -> bool:
+    ready = subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"], check=False)
+    return ready.returncode == 0
+
+
+@contextmanager
+def postgres_restored() -> Iterator[None]:
+    """Whatever the test does, PostgreSQL is running again afterwards."""
+    try:
+        yield
+    finally:
+        if not _pg_ready():
+            subprocess.run([*_cluster(), "start"], check=False, timeout=60)
+        wait_until(_pg_ready, 60, 0.2, "PostgreSQL to be back")
+
+
+def _restart_postgres() -> tuple[float, float]:
+    """Stop PostgreSQL, wait OUTAGE_S, start it; (stopped at, answering at) on monotonic time."""
+    subprocess.run([*_cluster(), "stop", "-m", "fast"], check=True, timeout=60)
+    stopped = time.monotonic()
+    time.sleep(OUTAGE_S)
+    subprocess.run([*_cluster(), "start"], check=True, timeout=60)
+    wait_until(_pg_ready, 60, 0.1, "PostgreSQL to answer")
+    return stopped, time.monotonic()
+
+
+def _with_fresh_connection(query: Callable[[], T], timeout: float = 30) -> T:
+    """Run query on this process's connection, replacing connections PostgreSQL's restart broke."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return query()
+        except DatabaseError:
+            connection.close()
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+
+
+class Prober:
+    """Calls the API every 50 ms and keeps (time, path, status, JSON body or raw text)."""
+
+    PATHS = ("/stats", "/jobs?limit=1", "/jobs/next?wait_ms=0", "/healthz")
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.seen: list[tuple[float, str, int, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.wait(0.05):
+            path = self.PATHS[n % len(self.PATHS)]
+            n += 1
+            try:
+                with urllib.request.urlopen(f"{self.base}{path}", timeout=20) as resp:  # noqa: S310
+                    status, raw, ctype = resp.status, resp.read(), resp.headers["Content-Type"]
+            except urllib.error.HTTPError as err:
+                status, raw, ctype = err.code, err.read(), err.headers["Content-Type"]
+            except OSError:
+                continue
+            body: Any = raw.decode(errors="replace")
+            if raw and (ctype or "").startswith("application/json"):
+                body = json.loads(raw)
+            self.seen.append((time.monotonic(), path, status, body))
+            # A claim that got a task must give it back, or it would wait out its lease.
+            if path.startswith("/jobs/next") and status == 200:
+                task, lease = body["task"]["id"], body["lease_id"]
+                try:
+                    http("POST", f"{self.base}/jobs/{task}/ack?lease_id={lease}", timeout=20)
+                except OSError:
+                    pass  # the lease expires and the task is redelivered: allowed
+
+    def recovered(self, after: float, run: int = 20) -> bool:
+        """The last `run` answers since `after` were all successes."""
+        statuses = [status for at, _, status, _ in self.seen if at > after][-run:]
+        return len(statuses) == run and all(status < 500 for status in statuses)
+
+    def failures(self) -> list[tuple[float, str, int, Any]]:
+        return [s for s in self.seen if s[2] >= 500]
+
+
+def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
+    db_url: str, tmp_path: Path
+) -> None:
+    jobs = tmp_path / "jobs.log"
+    broker = Broker(db_url, tmp_path)
+    broker.start()
+    with ExitStack() as stack:
+        stack.callback(broker.stop)
+        sweep = stack.enter_context(running(sweeper(db_url, tmp_path)))
+        pool: list[Proc] = workers(broker.base, db_url, tmp_path, jobs, 3, "--concurrency", "1",
+                                   "--lease-ms", "5000")
+        stack.callback(lambda: [proc.stop() for proc in pool])
+        producers = Producers(broker.base, threads=20, per_thread=40, pause_s=0.25,
+                              body={"max_attempts": 5}).start()
+        prober = stack.enter_context(Prober(broker.base))
+        wait_until(lambda: len(producers.accepted) >= 150, 30, what="150 accepted tasks")
+
+        with postgres_restored():
+            stopped, back = _restart_postgres()
+        wait_until(lambda: prober.recovered(after=back), 30, 0.2, "20 good answers in a row")
+        producers.join(120)
+        assert len(producers.accepted) == producers.wanted
+        wait_until(lambda: _with_fresh_connection(settled), 90, 0.5, "every task to settle")
+        assert sweep.popen.poll() is None, "the sweeper died"
+        assert all(proc.popen.poll() is None for proc in pool), "a worker died"
+        worker_logs = "".join(proc.output() for proc in pool)
+
+    failures = prober.failures()
+    assert failures, "the broker never noticed the outage"
+    for _, path, status, body in failures:
+        assert status == 503, (path, status, body)
+        assert isinstance(body, dict) and body.get("error"), (path, body)
+    assert set(producers.statuses) <= {200, 201, 503}, producers.statuses
+    last_failure = max(at for at, *_ in failures)
+    tasks = _with_fresh_connection(lambda: audit(producers.accepted, jobs))
+    assert {state for state, _, _ in tasks.values()} == {State.DONE}
+    assert "503" in worker_logs or "unreachable" in worker_logs  # they backed off and retried
+    log.info(
+        "outage %.1f s; last 5xx %.1f s after PostgreSQL answered; probe answers %s; "
+        "producer answers %s; %d redelivered after lease expiry",
+        back - stopped, last_failure - back, Counter((s[1], s[2]) for s in prober.seen),
+        dict(producers.statuses), sum(1 for *_, e in tasks.values() if e),
+    )

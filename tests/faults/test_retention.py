@@ -1,0 +1,188 @@
+"""Retention: the sweeper prunes old done and cancelled tasks in small batches; dead ones stay."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from broker import queue
+from broker.models import Task, TaskError
+from broker.states import FINISHED_STATES, State
+from broker.sweeper import prune, sweep_once
+from queueproject import settings as project_settings
+from tests.conftest import assert_invariant
+
+OLD = timedelta(days=8)
+
+
+def _task_in(state: str, enqueue_task, *, age: timedelta = OLD) -> int:
+    """A task brought to `state` through the state machine, then aged (a test-only UPDATE)."""
+    pk = enqueue_task(max_attempts=1)
+    if state != State.READY:
+        if state == State.CANCELLED:
+            queue.cancel(pk)
+        else:
+            [d] = queue.claim(None, 30_000)
+            if state == State.DONE:
+                queue.ack(pk, lease_id=d.lease_id)
+            elif state == State.DEAD:
+                queue.nack(pk, lease_id=d.lease_id, error="boom")
+    Task.objects.filter(pk=pk).update(updated_at=timezone.now() - age)
+    return pk
+
+
+def _states() -> dict[int, str]:
+    return dict(Task.objects.values_list("pk", "state"))
+
+
+@pytest.mark.django_db
+def test_prune_finished__old_done_and_cancelled__deleted_with_errors_counters_kept(
+    enqueue_task,
+) -> None:
+    # An error history on a task that ends done: it must go with the task.
+    retried = enqueue_task(max_attempts=2)
+    [d] = queue.claim(None, 30_000)
+    queue.nack(retried, lease_id=d.lease_id, error="first try failed")
+    Task.objects.filter(pk=retried).update(available_at=timezone.now())
+    queue.promote_delayed()
+    [d] = queue.claim(None, 30_000)
+    queue.ack(retried, lease_id=d.lease_id)
+    Task.objects.filter(pk=retried).update(updated_at=timezone.now() - OLD)
+    done = _task_in(State.DONE, enqueue_task)
+    cancelled = _task_in(State.CANCELLED, enqueue_task)
+    dead = _task_in(State.DEAD, enqueue_task)
+    young = _task_in(State.DONE, enqueue_task, age=timedelta(days=6))
+    ready = _task_in(State.READY, enqueue_task)  # last: the helpers claim the oldest ready task
+    totals = queue.totals()
+
+    assert queue.prune_finished(timezone.now() - timedelta(days=7), limit=100) == 3
+
+    assert _states() == {dead: State.DEAD, ready: State.READY, young: State.DONE}
+    assert not TaskError.objects.filter(task_id__in=[done, cancelled, retried]).exists()
+    assert TaskError.objects.filter(task_id=dead).count() == 1
+    assert queue.totals() == totals  # pruning is not a state change
+    assert_invariant()
+
+
+@pytest.mark.django_db
+def test_prune_finished__limit__deletes_oldest_batch_only(enqueue_task) -> None:
+    pks = [_task_in(State.DONE, enqueue_task, age=OLD + timedelta(hours=i)) for i in range(5)]
+    cutoff = timezone.now() - timedelta(days=7)
+    assert queue.prune_finished(cutoff, limit=2) == 2
+    assert sorted(_states()) == sorted(pks[:3])  # the two oldest went first
+    assert queue.prune_finished(cutoff, limit=2) == 2
+    assert queue.prune_finished(cutoff, limit=2) == 1
+    assert queue.prune_finished(cutoff, limit=2) == 0
+
+
+@pytest.mark.django_db
+def test_sweep__retention_setting__prunes_only_older_tasks(enqueue_task) -> None:
+    old = _task_in(State.DONE, enqueue_task, age=timedelta(hours=2))
+    recent = _task_in(State.CANCELLED, enqueue_task, age=timedelta(minutes=30))
+    with override_settings(BROKER_RETENTION=timedelta(hours=1)):
+        assert sweep_once().pruned == 1
+    assert _states() == {recent: State.CANCELLED}
+    assert old not in _states()
+
+
+@pytest.mark.django_db
+def test_sweep__retention_zero__keeps_everything(enqueue_task) -> None:
+    pk = _task_in(State.DONE, enqueue_task, age=timedelta(days=3650))
+    with override_settings(BROKER_RETENTION=timedelta(0)):
+        assert sweep_once().pruned == 0
+    assert _states() == {pk: State.DONE}
+
+
+@pytest.mark.django_db
+def test_prune__backlog__at_most_max_batches_per_sweep(enqueue_task) -> None:
+    for _ in range(5):
+        _task_in(State.DONE, enqueue_task)
+    assert prune(batch=2, max_batches=2) == 4
+    assert prune(batch=2, max_batches=2) == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("604800", 604800), ("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800),
+     ("0", 0), ("", 604800)],
+)
+def test_retention_setting__formats__parsed(
+    monkeypatch: pytest.MonkeyPatch, raw: str, seconds: int
+) -> None:
+    monkeypatch.setenv("BROKER_RETENTION", raw)
+    assert project_settings._duration("BROKER_RETENTION", "7d") == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("raw", ["7 days", "-5", "1.5h", "d"])
+def test_retention_setting__bad_value__improperly_configured(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("BROKER_RETENTION", raw)
+    with pytest.raises(ImproperlyConfigured, match="BROKER_RETENTION"):
+        project_settings._duration("BROKER_RETENTION", "7d")
+
+
+def test_retention_setting__unset__seven_days() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "BROKER_RETENTION"}
+    code = "from django.conf import settings; print(settings.BROKER_RETENTION.total_seconds())"
+    out = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "queueproject.settings"},
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert out.strip() == "604800.0"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_prune_finished__row_locked_elsewhere__skipped_without_waiting(enqueue_task) -> None:
+    locked = _task_in(State.DONE, enqueue_task)
+    free = _task_in(State.DONE, enqueue_task)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        try:
+            with transaction.atomic():
+                list(Task.objects.select_for_update().filter(pk=locked))
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        started = time.monotonic()
+        assert queue.prune_finished(timezone.now() - timedelta(days=7)) == 1
+        assert time.monotonic() - started < 1.0
+        assert _states() == {locked: State.DONE}
+    finally:
+        release.set()
+        holder.join(10)
+    assert queue.prune_finished(timezone.now() - timedelta(days=7)) == 1
+    assert free not in _states() and not _states()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_prune_query__served_by_finished_index() -> None:
+    cutoff = timezone.now() - timedelta(days=7)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        plan = (
+            Task.objects.filter(state__in=FINISHED_STATES, updated_at__lt=cutoff)
+            .order_by("updated_at")
+            .values_list("pk", flat=True)[:500]
+            .explain()
+        )
+    assert "task_finished_idx" in plan, plan

@@ -1,0 +1,67 @@
+"""Helpers of the jobs-API tests: JSON posts, enqueue/claim/ack shortcuts, the invariant."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.conftest import assert_invariant
+
+
+@pytest.fixture(autouse=True)
+def _invariant_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """nacked + reclaimed == retried + buried, whatever the test did."""
+    yield
+    if request.node.get_closest_marker("django_db"):
+        assert_invariant()
+
+
+def post(client: Any, url: str, body: Any = None, **extra: Any) -> Any:
+    """POST `body` as JSON (no body when None); works with APIClient and django.test.Client."""
+    if body is None:
+        return client.post(url, **extra)
+    return client.post(url, json.dumps(body), content_type="application/json", **extra)
+
+
+@pytest.fixture
+def enqueue(api_client: APIClient) -> Callable[..., str]:
+    """enqueue(**body) → the new task's id (201 asserted); payload defaults to {"n": 1}."""
+
+    def make(**body: Any) -> str:
+        body.setdefault("payload", {"n": 1})
+        r = post(api_client, "/jobs", body)
+        assert r.status_code == 201, r.content
+        return r.json()["id"]
+
+    return make
+
+
+@pytest.fixture
+def claim(api_client: APIClient) -> Callable[..., dict[str, Any] | None]:
+    """claim(**query) → the GET /jobs/next body, or None on 204."""
+
+    def take(**params: Any) -> dict[str, Any] | None:
+        params.setdefault("wait_ms", 0)
+        headers = params.pop("headers", {})
+        r = api_client.get("/jobs/next", params, headers=headers)
+        if r.status_code == 204:
+            return None
+        assert r.status_code == 200, (r.status_code, r.content)
+        return r.json()
+
+    return take
+
+
+@pytest.fixture
+def task(api_client: APIClient) -> Callable[[str], dict[str, Any]]:
+    """task(id) → GET /jobs/{id} (200 asserted)."""
+
+    def get(task_id: str) -> dict[str, Any]:
+        r = api_client.get(f"/jobs/{task_id}")
+        assert r.status_code == 200, r.content
+        return r.json()
+
+    return get

@@ -1,0 +1,192 @@
+"""Item 3: claim order (high > normal > low, then oldest) and named queues; the claim's plan."""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from broker import pgsql, queue
+from tests.jobs.conftest import post
+
+pytestmark = pytest.mark.django_db
+
+PRIORITIES = ["low", "normal", "high"]
+RANK = {"high": 0, "normal": 1, "low": 2}
+
+
+def enqueue_mixed(enqueue: Callable[..., str], n: int, seed: int) -> list[tuple[str, str]]:
+    """n tasks of shuffled priorities, in creation order: [(id, priority)]."""
+    rng = random.Random(seed)
+    made = []
+    for i in range(n):
+        priority = rng.choice(PRIORITIES)
+        made.append((enqueue(payload={"i": i}, priority=priority), priority))
+    return made
+
+
+def drain(claim: Callable[..., Any]) -> list[tuple[str, str]]:
+    got = []
+    while (d := claim()) is not None:
+        got.append((d["task"]["id"], d["task"]["priority"]))
+    return got
+
+
+def expected_order(made: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    # sorted() is stable: within one priority, creation (oldest first) order stays.
+    return sorted(made, key=lambda item: RANK[item[1]])
+
+
+def test_claim__priority_then_oldest_first(enqueue, claim) -> None:
+    made = enqueue_mixed(enqueue, 30, seed=1)
+    assert drain(claim) == expected_order(made)
+
+
+def test_claim__oldest_available_first_within_a_priority(enqueue, claim) -> None:
+    first = enqueue(priority="low")
+    high = enqueue(priority="high")
+    second = enqueue(priority="low")
+    assert [claim()["task"]["id"] for _ in range(3)] == [high, first, second]
+
+
+def test_claim__priority_beats_age(api_client, enqueue, claim) -> None:
+    old_low = enqueue(priority="low")
+    new_normal = enqueue(priority="normal")
+    assert claim()["task"]["id"] == new_normal
+    assert claim()["task"]["id"] == old_low
+
+
+def test_claim__batch_claim_in_priority_order(api_client, enqueue) -> None:
+    made = enqueue_mixed(enqueue, 12, seed=2)
+    r = post(api_client, "/jobs/claim", {"max": 100, "wait_ms": 0})
+    assert r.status_code == 200
+    got = [(d["task"]["id"], d["task"]["priority"]) for d in r.json()["deliveries"]]
+    assert got == expected_order(made)
+
+
+def test_queues__claim_takes_only_the_named_queues(enqueue, claim) -> None:
+    mail = enqueue(queue="emails")
+    report = enqueue(queue="reports")
+    other = enqueue(queue="other.v2")
+    assert claim(queue="reports")["task"]["id"] == report
+    assert claim(queue="reports") is None
+    both = {claim(queue="emails,other.v2")["task"]["id"] for _ in range(2)}
+    assert both == {mail, other}
+    assert claim(queue="emails,other.v2") is None
+
+
+def test_queues__priority_applies_within_the_queue(enqueue, claim) -> None:
+    enqueue(queue="b", priority="high")
+    low_a = enqueue(queue="a", priority="low")
+    high_a = enqueue(queue="a", priority="high")
+    assert [claim(queue="a")["task"]["id"] for _ in range(2)] == [high_a, low_a]
+
+
+def test_queues__enqueue_default_queue_is_default(enqueue, claim, task) -> None:
+    pk = enqueue()
+    assert task(pk)["queue"] == "default"
+    assert claim(queue="default")["task"]["id"] == pk
+
+
+@pytest.mark.parametrize("bad", ["a b", "x" * 65, "é", "a/b"])
+def test_queues__bad_name__400(api_client, bad: str) -> None:
+    r = post(api_client, "/jobs", {"payload": 1, "queue": bad})
+    assert r.status_code == 400
+    assert list(r.json()["fields"]) == ["queue"]
+    r = api_client.get("/jobs/next", {"queue": bad, "wait_ms": 0})
+    assert r.status_code == 400
+    assert list(r.json()["fields"]) == ["queue"]
+
+
+@pytest.mark.parametrize("bad", ["urgent", "HIGH", 0, None])
+def test_priority__unknown__400(api_client, bad: Any) -> None:
+    r = post(api_client, "/jobs", {"payload": 1, "priority": bad})
+    assert r.status_code == 400
+    assert list(r.json()["fields"]) == ["priority"]
+
+
+# -- PostgreSQL: the single-statement claim and its plan ----------------------------------------
+
+
+@pytest.mark.postgres
+def test_claim_pg__priority_then_oldest_first_single_and_batch(enqueue, claim) -> None:
+    made = enqueue_mixed(enqueue, 40, seed=3)
+    order = expected_order(made)
+    singles = [claim() for _ in range(10)]
+    assert [(d["task"]["id"], d["task"]["priority"]) for d in singles] == order[:10]
+    batch = queue.claim(None, 30_000, limit=100)
+    assert [(str(d.task.pk), d.task.get_priority_display()) for d in batch] == order[10:]
+
+
+def _insert(state: str, n: int) -> None:
+    """n tasks in `state` of mixed priorities and queues, in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO broker_task (state, queue, priority, payload, attempts, max_attempts,"
+            " available_at, created_at, updated_at)"
+            " SELECT %s, 'q' || (g %% 5), g %% 3, '{}', 1, 3, now(), now(), now()"
+            " FROM generate_series(1, %s) g",
+            [state, n],
+        )
+
+
+def _analyze() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE broker_task")
+
+
+def _plan(sql: str, queues: list[str] | None) -> str:
+    now = timezone.now()
+    params = {"queues": queues, "queue": queues[0] if queues else None, "limit": 1, "lease_id": "x" * 32, "deadline": now, "now": now,
+              "worker": None, "shard": 0}
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def _pick(plan: str) -> str:
+    """The plan of the CTE that picks the rows (the rest updates and counts them)."""
+    return plan.split("CTE picked")[1].split("CTE claimed")[0]
+
+
+def assert_claim_index_only(plan: str, index: str = "task_claim_idx", ordered: bool = True) -> None:
+    pick = _pick(plan)
+    # One scan of one ready-only index serves every priority: no per-priority scans and no
+    # walk over the finished rows; `ordered`: already in claim order, so no sort of the ready.
+    assert pick.count(" Scan ") == 1, plan
+    assert f"Index Scan using {index} on broker_task" in pick, plan
+    if ordered:
+        assert "Sort" not in pick, plan
+
+
+@pytest.mark.postgres
+def test_claim_pg__many_done_rows__plan_uses_the_partial_claim_index(enqueue) -> None:
+    _insert("done", 20_000)
+    _insert("ready", 300)
+    _analyze()
+    assert_claim_index_only(_plan(pgsql.CLAIM_ANY, None))
+
+
+@pytest.mark.postgres
+def test_claim_pg__burst_after_analyze__plan_still_uses_the_claim_index(enqueue) -> None:
+    # What a long-lived broker sees: ANALYZE ran while nearly every row was done, then a burst
+    # of ready tasks arrived (autovacuum re-analyzes only after 10 % of the table changed).
+    # A plan that sorts every ready row would then cost each claim a full sort.
+    _insert("done", 20_000)
+    _analyze()
+    _insert("ready", 2_000)
+    assert_claim_index_only(_plan(pgsql.CLAIM_ANY, None))
+
+
+@pytest.mark.postgres
+def test_claim_pg__rare_queue__plan_uses_the_queue_claim_index(enqueue) -> None:
+    _insert("done", 20_000)
+    _insert("ready", 300)
+    enqueue(queue="rare")
+    _analyze()
+    # One queue: read in claim order straight from the per-queue index, no sort.
+    plan = _plan(pgsql.CLAIM_ONE_QUEUE, ["rare"])
+    assert_claim_index_only(plan, "task_claim_queue_idx")

@@ -1,0 +1,160 @@
+"""Item 6: the registry finds one module per type; adding a type is adding a module."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from workers import jobtypes
+from workers.jobtypes import JobType, Registry
+
+SAMPLE_TYPES = {"sleep_job", "http_fetch", "data_transform", "image_resize", "send_email",
+                "fail_job"}
+ROOT = Path(__file__).resolve().parents[2]
+
+NEW_TYPE = '''
+"""echo_job: a type added by one new module."""
+from workers.jobtypes import JobType
+from workers.jobtypes._fields import PayloadSchema, StrictString
+
+
+class EchoPayload(PayloadSchema):
+    text = StrictString()
+
+
+JOB_TYPE = JobType(name="echo_job", schema=EchoPayload, run=lambda p: p["text"] * 2)
+'''
+
+
+def package(
+    tmp_path: Path, name: str, modules: dict[str, str], init: str = ""
+) -> tuple[str, list[str]]:
+    root = tmp_path / name
+    root.mkdir()
+    (root / "__init__.py").write_text(init)
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    return name, [str(root)]
+
+
+@pytest.fixture
+def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_registry__holds_every_sample_type_under_its_module_name() -> None:
+    assert SAMPLE_TYPES <= set(jobtypes.REGISTRY)
+    for name in SAMPLE_TYPES:
+        jobtype = jobtypes.REGISTRY[name]
+        assert isinstance(jobtype, JobType)
+        assert jobtype.name == name
+        assert sys.modules[f"workers.jobtypes.{name}"].JOB_TYPE is jobtype
+
+
+def test_registry__every_public_module_of_the_package_is_registered() -> None:
+    path = Path(jobtypes.__file__).parent
+    modules = {p.stem for p in path.glob("*.py") if not p.stem.startswith("_")}
+    registered = set(jobtypes.REGISTRY)  # first use: imports every module
+    declared = {sys.modules[f"workers.jobtypes.{m}"].JOB_TYPE.name for m in modules}
+    assert declared == modules
+    assert declared <= registered
+
+
+def test_registry__new_module__registered_with_no_other_edit(on_path: Path) -> None:
+    name, path = package(on_path, "extra_types_a", {"echo_job": NEW_TYPE})
+    registry = Registry(name, path)
+    assert list(registry) == ["echo_job"]
+    assert registry["echo_job"].handler({"text": "ab"}) == "abab"
+    assert registry["echo_job"].validate({"text": 1}) == {"text": ["Not a valid string."]}
+
+
+def test_registry__modules_load_on_first_use_not_on_import(on_path: Path) -> None:
+    name, path = package(on_path, "extra_types_b", {"echo_job": NEW_TYPE})
+    registry = Registry(name, path)
+    assert f"{name}.echo_job" not in sys.modules
+    assert "echo_job" in registry
+    assert f"{name}.echo_job" in sys.modules
+
+
+def test_registry__underscore_modules_are_helpers_not_types(on_path: Path) -> None:
+    name, path = package(on_path, "extra_types_c", {"_helpers": "X = 1\n", "echo_job": NEW_TYPE})
+    assert list(Registry(name, path)) == ["echo_job"]
+
+
+def test_registry__module_without_job_type__typeerror_naming_it(on_path: Path) -> None:
+    name, path = package(on_path, "extra_types_d", {"half_done": "x = 1\n"})
+    with pytest.raises(TypeError, match=r"extra_types_d\.half_done must define JOB_TYPE"):
+        list(Registry(name, path))
+
+
+def test_registry__two_modules_one_name__valueerror(on_path: Path) -> None:
+    name, path = package(on_path, "extra_types_e", {"echo_job": NEW_TYPE, "echo_two": NEW_TYPE})
+    with pytest.raises(ValueError, match="already registered: echo_job"):
+        list(Registry(name, path))
+
+
+def test_registry__importing_the_package_imports_no_type_module() -> None:
+    # A fresh interpreter: importing the registry must not pull in the type modules (nor DRF).
+    code = (
+        "import sys, workers.jobtypes as j; "
+        "print(sorted(m for m in sys.modules if m.startswith(('workers.jobtypes.', "
+        "'rest_framework'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_register__adds_under_the_name_given() -> None:
+    class Job:
+        def handler(self, payload: object) -> object:
+            return payload
+
+    job = Job()
+    try:
+        assert jobtypes.register("registry_test_job", job) is job
+        assert jobtypes.REGISTRY["registry_test_job"] is job
+        with pytest.raises(ValueError, match="already registered"):
+            jobtypes.register("sleep_job", job)
+    finally:
+        del jobtypes.REGISTRY["registry_test_job"]
+
+
+
+def test_registry__type_module_using_registry_at_import__clear_error(on_path: Path) -> None:
+    package(on_path, "extra_types_f", {"loops": "from extra_types_f import REG\nREG.get('x')\n"},
+            init="from workers.jobtypes import Registry\nREG = Registry(__name__, __path__)\n")
+    import extra_types_f
+
+    with pytest.raises(RuntimeError, match="must not use REGISTRY at import time"):
+        list(extra_types_f.REG)
+
+
+def test_registry__concurrent_first_use__each_module_imported_once(on_path: Path) -> None:
+    name, path = package(
+        on_path, "extra_types_g",
+        {"echo_job": NEW_TYPE + "import extra_types_g\nextra_types_g.IMPORTS.append(1)\n"},
+        init="IMPORTS = []\n",
+    )
+    import extra_types_g
+
+    registry = Registry(name, path)
+    start = threading.Barrier(8)
+    seen: list[list[str]] = []
+
+    def use() -> None:
+        start.wait(10)
+        seen.append(list(registry))
+
+    threads = [threading.Thread(target=use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == [["echo_job"]] * 8
+    assert extra_types_g.IMPORTS == [1]

@@ -1,0 +1,305 @@
+"""Stateful property test of broker.queue: random transitions against a model of each task's state.
+
+Runs on whichever database the suite runs on (SQLite and PostgreSQL). Time never passes by
+itself here: retry backoffs and delays are hours long, and a lease expires, a backoff ends or a
+finished task ages only when a rule moves that one task's timestamp into the past with a test-only
+UPDATE (a timestamp is not a state; the state machine still makes every move).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+from django.conf import settings as django_settings
+from django.test import override_settings
+from django.utils import timezone
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from broker import queue
+from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound
+from broker.models import CounterShard, Task, TaskError
+from broker.queue import NewTask
+from broker.states import COUNTERS, GAUGE_STATES, State
+
+QUEUES = ("a", "b")
+HOUR_MS = 3_600_000
+PAST = timedelta(days=30)
+
+
+@dataclass
+class Model:
+    """What the test believes about one task."""
+
+    state: str
+    queue: str
+    priority: int
+    max_attempts: int
+    available_at: datetime
+    attempts: int = 0
+    lease: str | None = None
+    old_leases: list[str] = field(default_factory=list)
+    errors: int = 0
+
+
+class TaskMachine(RuleBasedStateMachine):
+    """Each step calls one queue function and tells the model what must have happened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # A fresh start per example (inside the test's transaction): no tasks, no counters.
+        TaskError.objects.all().delete()
+        Task.objects.all().delete()
+        CounterShard.objects.all().delete()
+        self.tasks: dict[int, Model] = {}
+        self.counters: Counter[str] = Counter()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _in(self, *states: str) -> list[int]:
+        return sorted(pk for pk, t in self.tasks.items() if t.state in states)
+
+    def _available_at(self, pk: int) -> datetime:
+        return Task.objects.values_list("available_at", flat=True).get(pk=pk)
+
+    def _fail(self, t: Model, reclaimed: bool) -> None:
+        """A nack or an expired lease: the retry or bury half, as the contract says."""
+        self.counters["reclaimed" if reclaimed else "nacked"] += 1
+        retry = t.attempts < t.max_attempts
+        self.counters["retried" if retry else "buried"] += 1
+        t.state = State.DELAYED if retry else State.DEAD
+        t.old_leases.append(t.lease or "")
+        t.lease = None
+        t.errors += 1
+
+    def _new(self, pk: int, spec: NewTask) -> None:
+        self.tasks[pk] = Model(
+            state=State.DELAYED if spec.delay_ms else State.READY,
+            queue=spec.queue,
+            priority=spec.priority,
+            max_attempts=spec.max_attempts,
+            available_at=self._available_at(pk),
+        )
+        self.counters["enqueued"] += 1
+
+    # -- rules --------------------------------------------------------------------------------
+
+    specs = st.builds(
+        NewTask,
+        payload=st.integers(0, 9).map(lambda n: json.dumps({"n": n})),
+        max_attempts=st.integers(1, 2),  # small, so tasks reach the DLQ often
+        delay_ms=st.sampled_from([0, 0, HOUR_MS]),
+        queue=st.sampled_from(QUEUES),
+        priority=st.integers(0, 2),
+    )
+
+    @rule(spec=specs)
+    def enqueue(self, spec: NewTask) -> None:
+        pk, created = queue.enqueue(spec)
+        assert created and pk not in self.tasks
+        self._new(pk, spec)
+
+    @rule(specs=st.lists(specs, min_size=1, max_size=4))
+    def enqueue_many(self, specs: list[NewTask]) -> None:
+        pks = queue.enqueue_many(specs)
+        assert len(set(pks)) == len(specs)
+        for pk, spec in zip(pks, specs, strict=True):
+            self._new(pk, spec)
+
+    @rule(limit=st.integers(1, 3), queues=st.sampled_from([None, ["a"], ["b"], ["a", "b"]]))
+    def claim(self, limit: int, queues: list[str] | None) -> None:
+        candidates = [
+            pk for pk in self._in(State.READY) if queues is None or self.tasks[pk].queue in queues
+        ]
+        candidates.sort(key=lambda pk: (self.tasks[pk].priority, self.tasks[pk].available_at, pk))
+        got = queue.claim(queues, lease_ms=HOUR_MS, limit=limit)
+        assert sorted(d.task.pk for d in got) == sorted(candidates[:limit])
+        assert len({d.lease_id for d in got}) <= 1  # one lease per claim call
+        for d in got:
+            t = self.tasks[d.task.pk]
+            t.state, t.attempts, t.lease = State.HANDED_OUT, t.attempts + 1, d.lease_id
+            assert d.task.attempts == t.attempts
+        self.counters["delivered"] += len(got)
+
+    @precondition(lambda self: self._in(State.HANDED_OUT))
+    @rule(data=st.data())
+    def ack(self, data: st.DataObject) -> None:
+        pk = data.draw(st.sampled_from(self._in(State.HANDED_OUT)))
+        t = self.tasks[pk]
+        queue.ack(pk, lease_id=t.lease or "", result={"ok": pk})
+        t.state = State.DONE
+        t.old_leases.append(t.lease or "")
+        t.lease = None
+        self.counters["acked"] += 1
+
+    @precondition(lambda self: self._in(State.HANDED_OUT))
+    @rule(data=st.data(), error=st.none() | st.text(max_size=20))
+    def nack(self, data: st.DataObject, error: str | None) -> None:
+        pk = data.draw(st.sampled_from(self._in(State.HANDED_OUT)))
+        t = self.tasks[pk]
+        assert queue.nack(pk, lease_id=t.lease or "", error=error) in (State.DELAYED, State.DEAD)
+        self._fail(t, reclaimed=False)
+        assert Task.objects.get(pk=pk).state == t.state
+
+    @precondition(lambda self: self._in(State.HANDED_OUT))
+    @rule(data=st.data(), ack=st.booleans())
+    def settle_batch(self, data: st.DataObject, ack: bool) -> None:
+        """ack_many / nack_many with a held task, a repeat of it and an unknown id."""
+        pk = data.draw(st.sampled_from(self._in(State.HANDED_OUT)))
+        t = self.tasks[pk]
+        items = [(pk, t.lease or "", None), (pk, t.lease or "", None), (None, "x", None)]
+        statuses = (queue.ack_many if ack else queue.nack_many)(items)
+        assert statuses == [204, 404, 404]
+        if ack:
+            t.state = State.DONE
+            t.old_leases.append(t.lease or "")
+            t.lease = None
+            self.counters["acked"] += 1
+        else:
+            self._fail(t, reclaimed=False)
+
+    @precondition(lambda self: self._in(State.HANDED_OUT))
+    @rule(data=st.data())
+    def expire(self, data: st.DataObject) -> None:
+        pk = data.draw(st.sampled_from(self._in(State.HANDED_OUT)))
+        Task.objects.filter(pk=pk).update(lease_deadline=timezone.now() - PAST)  # test-only
+        assert queue.reclaim_expired() == 1
+        self._fail(self.tasks[pk], reclaimed=True)
+        assert Task.objects.get(pk=pk).last_error == queue.LEASE_EXPIRED
+
+    @precondition(lambda self: self._in(State.DELAYED))
+    @rule(data=st.data())
+    def promote(self, data: st.DataObject) -> None:
+        pk = data.draw(st.sampled_from(self._in(State.DELAYED)))
+        Task.objects.filter(pk=pk).update(available_at=timezone.now() - PAST)  # test-only
+        assert queue.promote_delayed() == 1
+        t = self.tasks[pk]
+        t.state, t.available_at = State.READY, self._available_at(pk)
+
+    @precondition(lambda self: self.tasks)
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        pk = data.draw(st.sampled_from(sorted(self.tasks)))
+        t = self.tasks[pk]
+        if t.state != State.DEAD:
+            with pytest.raises(TaskNotFound):
+                queue.requeue(pk)
+            return
+        queue.requeue(pk)
+        t.state, t.attempts, t.available_at = State.READY, 0, self._available_at(pk)
+        self.counters["requeued"] += 1
+        assert Task.objects.get(pk=pk).last_error is None
+
+    @precondition(lambda self: self.tasks)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        pk = data.draw(st.sampled_from(sorted(self.tasks)))
+        t = self.tasks[pk]
+        if t.state not in (State.READY, State.DELAYED, State.HANDED_OUT):
+            with pytest.raises(InvalidTransition):
+                queue.cancel(pk)
+            return
+        queue.cancel(pk)
+        if t.lease:
+            t.old_leases.append(t.lease)
+        t.state, t.lease = State.CANCELLED, None
+        self.counters["cancelled"] += 1
+
+    @precondition(lambda self: any(t.old_leases for t in self.tasks.values()))
+    @rule(data=st.data(), verb=st.sampled_from(["ack", "nack", "extend"]))
+    def stale_lease(self, data: st.DataObject, verb: str) -> None:
+        """A lease that ended (acked, nacked, reclaimed, cancelled) moves nothing any more."""
+        pk = data.draw(st.sampled_from(sorted(p for p, t in self.tasks.items() if t.old_leases)))
+        t = self.tasks[pk]
+        lease = data.draw(st.sampled_from(t.old_leases))
+        expected = LeaseMismatch if t.state == State.HANDED_OUT else TaskNotFound
+        with pytest.raises(expected):
+            if verb == "ack":
+                queue.ack(pk, lease_id=lease)
+            elif verb == "nack":
+                queue.nack(pk, lease_id=lease, error="late")
+            else:
+                queue.extend(pk, lease_id=lease, lease_ms=1000)
+
+    @rule()
+    def unknown_task(self) -> None:
+        missing = max(self.tasks, default=0) + 10_000
+        with pytest.raises(TaskNotFound):
+            queue.cancel(missing)
+        with pytest.raises(TaskNotFound):
+            queue.ack(missing, lease_id="nope")
+
+    @precondition(lambda self: self._in(State.DONE, State.CANCELLED, State.DEAD))
+    @rule(data=st.data())
+    def age_and_prune(self, data: st.DataObject) -> None:
+        """A finished task past retention is deleted with its errors; a dead one never is."""
+        pk = data.draw(st.sampled_from(self._in(State.DONE, State.CANCELLED, State.DEAD)))
+        Task.objects.filter(pk=pk).update(updated_at=timezone.now() - PAST)  # test-only
+        cutoff = timezone.now() - django_settings.BROKER_RETENTION
+        pruned = queue.prune_finished(cutoff, limit=2)
+        if self.tasks[pk].state == State.DEAD:
+            assert pruned == 0
+            return
+        assert pruned == 1
+        del self.tasks[pk]
+        assert not TaskError.objects.filter(task_id=pk).exists()
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def each_task_in_exactly_its_modelled_state(self) -> None:
+        rows = list(
+            Task.objects.values_list(
+                "pk", "state", "attempts", "max_attempts", "lease_id", "lease_deadline"
+            )
+        )
+        assert sorted(r[0] for r in rows) == sorted(self.tasks)  # one row each, none extra
+        for pk, state, attempts, max_attempts, lease_id, deadline in rows:
+            t = self.tasks[pk]
+            assert (state, attempts, lease_id) == (t.state, t.attempts, t.lease), pk
+            assert attempts <= max_attempts
+            assert (deadline is not None) == (state == State.HANDED_OUT)
+        errors = Counter(TaskError.objects.values_list("task_id", flat=True))
+        assert errors == Counter({pk: t.errors for pk, t in self.tasks.items() if t.errors})
+
+    @invariant()
+    def gauges_equal_counts(self) -> None:
+        overall, per_queue = queue.gauges()
+        states = Counter(t.state for t in self.tasks.values())
+        assert overall == {s.value: states[s] for s in GAUGE_STATES}
+        for name in QUEUES:
+            here = Counter(t.state for t in self.tasks.values() if t.queue == name)
+            want = {s.value: here[s] for s in GAUGE_STATES}
+            assert per_queue.get(name, dict.fromkeys(want, 0)) == want
+
+    @invariant()
+    def counters_match_and_balance(self) -> None:
+        totals = queue.totals()
+        assert totals == {name: self.counters[name] for name in COUNTERS}
+        assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"]
+
+
+@pytest.mark.django_db
+def test_state_machine__random_transitions__model_gauges_and_counters_agree() -> None:
+    # Backoffs of an hour or more: no delayed task becomes due unless a rule says so.
+    with override_settings(BROKER_RETRY_BASE_MS=HOUR_MS, BROKER_RETRY_MAX_MS=2 * HOUR_MS):
+        run_state_machine_as_test(
+            TaskMachine,
+            settings=settings(
+                max_examples=40,
+                stateful_step_count=40,
+                deadline=None,
+                database=None,  # no .hypothesis/ folder in the repo
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )

@@ -1,0 +1,114 @@
+"""Production mode: DEBUG off + BROKER_HTTPS=1 passes `check --deploy`; secure cookies, headers,
+HTTPS redirects; no start without SECRET_KEY."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+STRONG_KEY = "kT9#vQ2$mL7@pX4!rZ8%wB1^nF6&hJ3*sD5(gY0)cV-eU+aI=oP_t"
+PRODUCTION = {"DEBUG": "False", "BROKER_HTTPS": "1", "SECRET_KEY": STRONG_KEY,
+              "ALLOWED_HOSTS": "broker.example.com"}
+HTTPS_SETTINGS = {
+    "SECURE_SSL_REDIRECT": True,
+    "SECURE_HSTS_SECONDS": 31_536_000,
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+    "SESSION_COOKIE_SECURE": True,
+    "CSRF_COOKIE_SECURE": True,
+}
+
+
+def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in
+            {"DEBUG", "SECRET_KEY", "BROKER_HTTPS", "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT"}}
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True,
+        timeout=120,
+    )
+
+
+def test_check_deploy__production_mode__no_warnings() -> None:
+    result = _run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **PRODUCTION)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout, result.stdout + result.stderr
+
+
+def test_check_deploy__plain_http_mode__warns_about_what_https_would_fix() -> None:
+    env = {**PRODUCTION, "BROKER_HTTPS": "0"}
+    result = _run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **env)
+    assert result.returncode != 0
+    for check in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert check in result.stderr, result.stderr
+
+
+def test_production_mode__settings_from_env__secure_cookies_hsts_redirect() -> None:
+    code = (
+        "import json; from django.conf import settings as s; print(json.dumps({k: getattr(s, k) "
+        "for k in ['DEBUG', 'SECURE_SSL_REDIRECT', 'SECURE_HSTS_SECONDS', "
+        "'SECURE_HSTS_INCLUDE_SUBDOMAINS', 'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE', "
+        "'SECURE_CONTENT_TYPE_NOSNIFF', 'X_FRAME_OPTIONS', 'SILENCED_SYSTEM_CHECKS']}))"
+    )
+    result = _run(["-c", code], DJANGO_SETTINGS_MODULE="queueproject.settings", **PRODUCTION)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "DEBUG": False,
+        "SECURE_SSL_REDIRECT": True,
+        "SECURE_HSTS_SECONDS": 31_536_000,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        "SESSION_COOKIE_SECURE": True,
+        "CSRF_COOKIE_SECURE": True,
+        "SECURE_CONTENT_TYPE_NOSNIFF": True,
+        "X_FRAME_OPTIONS": "DENY",
+        "SILENCED_SYSTEM_CHECKS": ["security.W021"],
+    }
+
+
+def test_debug_off__no_secret_key__refuses_to_start() -> None:
+    result = _run(["manage.py", "check"], DEBUG="False", SECRET_KEY="")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+@pytest.mark.django_db
+@override_settings(**HTTPS_SETTINGS)
+def test_https_mode__plain_http_api_call__redirected_to_https() -> None:
+    response = Client().get("/stats?x=1")
+    assert response.status_code == 301
+    assert response["Location"] == "https://testserver/stats?x=1"
+
+
+@pytest.mark.django_db
+@override_settings(**HTTPS_SETTINGS)
+def test_https_mode__healthz_over_plain_http__answered_for_load_balancers() -> None:
+    assert Client().get("/healthz").status_code == 200
+
+
+@pytest.mark.django_db
+@override_settings(**HTTPS_SETTINGS, BROKER_API_TOKENS=["t"])
+def test_https_mode__even_a_401__carries_hsts_and_nosniff() -> None:
+    response = Client().get("/stats", secure=True)
+    assert response.status_code == 401
+    assert response["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
+    assert response["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.django_db
+@override_settings(**HTTPS_SETTINGS)
+def test_https_mode__admin_login__session_and_csrf_cookies_secure() -> None:
+    User.objects.create_user("staff", password="a-long-password-3", is_staff=True)
+    client = Client()
+    login_page = client.get("/admin/login/", secure=True)
+    assert login_page.cookies["csrftoken"]["secure"] is True
+    response = client.post(
+        "/admin/login/", {"username": "staff", "password": "a-long-password-3"}, secure=True
+    )
+    assert response.status_code == 302
+    assert response.cookies["sessionid"]["secure"] is True
+    assert response.cookies["sessionid"]["httponly"] is True

@@ -1,0 +1,234 @@
+"""manage.py submit: enqueue one sample task per job type over HTTP and watch them finish."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from workers import jobtypes
+from workers.client import BrokerClient, BrokerError, BrokerUnavailableError
+from workers.management.commands._common import (
+    api_token,
+    default_broker_url,
+    log_to_stderr,
+    positive_int,
+)
+
+FINISHED = frozenset({"done", "dead", "cancelled"})
+COLUMNS = ("ID", "TYPE", "PRIORITY", "STATE", "ATTEMPTS", "RESULT / LAST ERROR")
+OUTCOME_WIDTH = 60
+_SAMPLE: Any = object()  # --payload not given (null is a payload like any other)
+
+
+class TaskClient(BrokerClient):
+    """BrokerClient plus GET /jobs/{id}, which only this command needs."""
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """GET /jobs/{id}. Raises BrokerError (404, ...) or BrokerUnavailableError."""
+        url = f"{self._jobs_url}/{quote(task_id, safe='')}"
+        response = self._send("GET", url, until=time.monotonic() + self._give_up_s)
+        if response is None:
+            raise BrokerUnavailableError(0, f"broker at {self.base_url} unreachable or failing")
+        if response.status_code != 200:
+            raise BrokerError(response.status_code, _error(_json_or_text(response)))
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def _json_or_text(response: Any) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text[:200]
+
+
+def _error(body: Any) -> str:
+    if isinstance(body, dict) and "error" in body:
+        fields = body.get("fields")
+        return f"{body['error']}" + (f" {json.dumps(fields)}" if fields else "")
+    return str(body)
+
+
+def enqueue_body(
+    name: str, payload: Any, *, priority: str, queue: str, max_attempts: int
+) -> dict[str, Any]:
+    """The POST /jobs body for one typed task."""
+    return {
+        "type": name, "payload": payload, "priority": priority, "queue": queue,
+        "max_attempts": max_attempts,
+    }
+
+
+def outcome(task: dict[str, Any]) -> str:
+    """What to show for a task: its result once done, else its last error, else "-"; one line."""
+    if task.get("state") == "done":
+        text = json.dumps(task.get("result"), ensure_ascii=False, separators=(",", ":"))
+    elif task.get("last_error"):
+        text = str(task["last_error"])
+    else:
+        return "-"
+    # One line per task: an error may carry a whole traceback.
+    first, *rest = text.strip().splitlines() or [""]
+    if rest or len(first) > OUTCOME_WIDTH:
+        return first[: OUTCOME_WIDTH - 1] + "…"
+    return first
+
+
+def table(tasks: Sequence[dict[str, Any]]) -> str:
+    """A plain fixed-width status table, one row per task, header first."""
+    rows = [COLUMNS] + [
+        (t["id"], t.get("type") or "-", t.get("priority", "-"), t.get("state", "-"),
+         str(t.get("attempts", "-")), outcome(t))
+        for t in tasks
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        for row in rows
+    )
+
+
+def wait_for(
+    fetch: Callable[[str], dict[str, Any]],
+    ids: Sequence[str],
+    *,
+    timeout_s: float,
+    interval_s: float,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Poll each unfinished task until all are done, dead or cancelled, or timeout_s passes.
+
+    Returns (the tasks' last seen bodies in ids order, whether all finished).
+    """
+    seen: dict[str, dict[str, Any]] = {}
+    end = time.monotonic() + timeout_s
+    finished = -1
+    while True:
+        for task_id in ids:
+            if seen.get(task_id, {}).get("state") not in FINISHED:
+                seen[task_id] = fetch(task_id)
+        now_finished = sum(seen[i]["state"] in FINISHED for i in ids)
+        if progress is not None and now_finished != finished:
+            progress(now_finished, len(ids))
+        finished = now_finished
+        if finished == len(ids) or time.monotonic() >= end:
+            return [seen[i] for i in ids], finished == len(ids)
+        time.sleep(interval_s)
+
+
+class Command(BaseCommand):
+    """Submit sample typed tasks (all types, or --type) and poll them to a finished state."""
+
+    help = (
+        "Enqueue one sample task of each registered job type (or only --type) over HTTP, then "
+        "poll until every one is done, dead or cancelled and print a status table. Exits 1 if a "
+        "task was refused or the wait timed out."
+    )
+    requires_system_checks: ClassVar[list[str]] = []  # no checks: HTTP only
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """--type, --priority, --no-poll, --list and the usual --broker."""
+        parser.add_argument("--broker", default=default_broker_url(),
+                            help="broker base URL (default: $BROKER_URL or %(default)s)")
+        parser.add_argument("--type", dest="job_type", metavar="T",
+                            help="submit only this job type (default: one of each)")
+        parser.add_argument("--priority", default="normal", choices=["high", "normal", "low"],
+                            help="(default: %(default)s)")
+        parser.add_argument("--queue", default="default", help="(default: %(default)s)")
+        parser.add_argument("--max-attempts", type=positive_int, default=1,
+                            help="(default: %(default)s, so fail_job goes straight to the DLQ)")
+        parser.add_argument("--payload", type=_json_value, metavar="JSON", default=_SAMPLE,
+                            help="payload to send instead of the sample (needs --type)")
+        parser.add_argument("--no-poll", action="store_true",
+                            help="print the ids and exit without waiting")
+        parser.add_argument("--list", action="store_true",
+                            help="list the job types and their sample payloads, submit nothing")
+        parser.add_argument("--timeout", type=positive_int, default=120,
+                            help="seconds to wait for all tasks to finish (default: %(default)s)")
+        parser.add_argument("--interval-ms", type=positive_int, default=250,
+                            help="poll interval (default: %(default)s)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """List, or submit then poll; the table goes to stdout, progress to stderr."""
+        log_to_stderr(options["verbosity"])
+        broker = options["broker"].rstrip("/")
+        names = self._chosen_types(options["job_type"], options["payload"])
+        if options["list"]:
+            self._list(names, broker)
+            return
+        client = TaskClient(broker, token=api_token())
+        try:
+            ids, refused = self._submit(client, names, broker, options)
+            if options["no_poll"]:
+                tasks, all_finished = [client.task(i) for i in ids], True
+            else:
+                tasks, all_finished = wait_for(
+                    client.task, ids, timeout_s=options["timeout"],
+                    interval_s=options["interval_ms"] / 1000, progress=self._progress,
+                )
+        except BrokerError as exc:
+            raise CommandError(f"broker: {exc}", returncode=1) from exc
+        finally:
+            client.close()
+        if tasks:
+            self.stdout.write(table(tasks))
+        if refused:
+            raise CommandError(f"refused by the broker: {', '.join(refused)}", returncode=1)
+        if not all_finished:
+            left = sum(t["state"] not in FINISHED for t in tasks)
+            raise CommandError(
+                f"{left} task(s) unfinished after {options['timeout']} s", returncode=1
+            )
+
+    def _chosen_types(self, job_type: str | None, payload: Any) -> list[str]:
+        names = sorted(jobtypes.REGISTRY)
+        if job_type is not None and job_type not in jobtypes.REGISTRY:
+            raise CommandError(f"unknown job type {job_type!r}; known: {', '.join(names)}")
+        if payload is not _SAMPLE and job_type is None:
+            raise CommandError("--payload needs --type")
+        return [job_type] if job_type else names
+
+    def _list(self, names: list[str], broker: str) -> None:
+        for name in names:
+            jobtype = jobtypes.REGISTRY[name]
+            sample = getattr(jobtype, "sample", lambda url: {})(broker)
+            self.stdout.write(f"{name:<16} {getattr(jobtype, 'description', '')}")
+            self.stdout.write(f"{'':<16} sample: {json.dumps(sample)}")
+
+    def _submit(
+        self, client: TaskClient, names: list[str], broker: str, options: dict[str, Any]
+    ) -> tuple[list[str], list[str]]:
+        """Enqueue each type's task; (ids of the accepted ones, names of the refused ones)."""
+        ids: list[str] = []
+        refused: list[str] = []
+        for name in names:
+            sample = getattr(jobtypes.REGISTRY[name], "sample", lambda url: {})
+            payload = sample(broker) if options["payload"] is _SAMPLE else options["payload"]
+            body = enqueue_body(name, payload, priority=options["priority"],
+                                queue=options["queue"], max_attempts=options["max_attempts"])
+            status, answer = client.enqueue(body)
+            if status in (200, 201):
+                ids.append(answer["id"])
+                self.stderr.write(f"submitted {name}: {answer['id']}", style_func=str)
+            else:
+                refused.append(name)
+                self.stderr.write(f"refused {name}: {status} {_error(answer)}", style_func=str)
+        return ids, refused
+
+    def _progress(self, finished: int, total: int) -> None:
+        self.stderr.write(f"{finished}/{total} finished", style_func=str)
+
+
+def _json_value(text: str) -> Any:
+    """argparse type: any JSON value (the broker judges it against the type's schema)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
