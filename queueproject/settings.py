@@ -69,6 +69,18 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# The JSON API's own, shorter stack (queueproject/wsgi.py sends API paths through it): static
+# files, sessions, CSRF, logins and messages serve the admin and the dashboard, not bearer-token
+# clients, and skipping them saves ~0.2 ms of CPU per request on the hot path (cProfile).
+_HUMAN_ONLY_MIDDLEWARE = {
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+}
+BROKER_API_MIDDLEWARE = [m for m in MIDDLEWARE if m not in _HUMAN_ONLY_MIDDLEWARE]
+
 ROOT_URLCONF = "queueproject.urls"
 # `/jobs` and `/jobs/` are both API paths: no redirect dance for POST clients.
 APPEND_SLASH = False
@@ -111,6 +123,9 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
         "max_size": env.int("BROKER_DB_POOL_MAX", default=16),
         "timeout": env.float("BROKER_DB_POOL_TIMEOUT", default=30.0),
     }
+    # Each pooled connection is checked (one empty round trip) before a request gets it: after
+    # PostgreSQL restarts, the stale ones are dropped rather than failing one request each.
+    _db["CONN_HEALTH_CHECKS"] = env.bool("BROKER_DB_HEALTH_CHECKS", default=True)
     # Server-side binding lets psycopg prepare the hot statements (claim, ack, enqueue) once per
     # pooled connection, so PostgreSQL plans them once instead of on every call. Turn it off
     # (BROKER_DB_PREPARE=False) behind PgBouncer in transaction mode, which cannot keep them.

@@ -5,4 +5,8 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueproject.settings")
 
-application = get_wsgi_application()
+_human = get_wsgi_application()  # sets Django up; the full middleware stack
+
+from broker.api.wsgi import ApiHandler, dispatcher  # noqa: E402 -- needs Django set up
+
+application = dispatcher(ApiHandler(), _human)
