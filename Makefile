@@ -18,7 +18,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 # The broker on :8080 (gunicorn.conf.py) and the sweeper, in the foreground; Ctrl-C stops both.
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
-	@trap 'kill $$SWEEPER $$WEB 2>/dev/null; wait' INT TERM EXIT; \
+	@export LOG_LEVEL=$${LOG_LEVEL:-INFO}; \
+	trap 'kill $$SWEEPER $$WEB 2>/dev/null; wait' INT TERM EXIT; \
 	$(PY) manage.py runsweeper & SWEEPER=$$!; \
 	$(VENV)/bin/gunicorn & WEB=$$!; \
 	wait -n $$SWEEPER $$WEB

@@ -111,7 +111,7 @@ def test_request_log__path_with_spaces_and_newline__stays_one_line(
     assert 'path="/no such\\npath" status=404' in line
 
 
-@pytest.mark.parametrize(("level", "expected"), [("WARNING", "WARNING"), (None, "INFO")])
+@pytest.mark.parametrize(("level", "expected"), [("INFO", "INFO"), (None, "WARNING")])
 def test_log_level__from_env_log_level(level: str | None, expected: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "LOG_LEVEL"}
     if level:
