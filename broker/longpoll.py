@@ -47,10 +47,14 @@ def claim_wait(
 ) -> list[Delivery]:
     """Claim up to `limit` tasks, waiting up to `wait_ms` for the first to become ready."""
     deadline = time.monotonic() + wait_ms / 1000
-    if wait_ms <= 0:
-        return queue.claim(queues, lease_ms, limit, worker)
-    # Park before the first look, so a task that becomes ready between the look and the park
-    # still wakes us.
+    if gone():
+        return []
+    # A busy queue answers at once, without the bookkeeping of parking.
+    got = queue.claim(queues, lease_ms, limit, worker)
+    if got or wait_ms <= 0:
+        return got
+    # Park, then look again before waiting: a task that became ready between the first look and
+    # the park has already sent its wake-up, which only a parked claim would have heard.
     waiter = hub.park(frozenset(queues) if queues else None)
     try:
         while True:
