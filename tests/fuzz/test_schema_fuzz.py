@@ -94,7 +94,7 @@ def _fuzz(
         max_examples=MAX_EXAMPLES,
         deadline=None,
         database=None,
-        derandomize=False,
+        derandomize=True,
         phases=[Phase.explicit, Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )
