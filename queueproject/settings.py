@@ -155,7 +155,7 @@ STORAGES = {
 # Serve app static files straight from their folders: no collectstatic step for `make run`
 # (so STATIC_ROOT may not exist, which WhiteNoise would otherwise warn about).
 WHITENOISE_USE_FINDERS = True
-warnings.filterwarnings("ignore", message="No directory at", module="whitenoise")
+warnings.filterwarnings("ignore", message="No directory at")
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["broker.api.renderers.FastJSONRenderer"],
