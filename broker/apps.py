@@ -8,6 +8,8 @@ class BrokerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
         from broker import dbpool
 
-        dbpool.install()
+        connection_created.connect(dbpool.use_cheap_check, dispatch_uid="broker-cheap-check")

@@ -4,8 +4,6 @@ from __future__ import annotations
 import select
 from typing import Any
 
-from django.db import connections
-
 
 def check_if_disturbed(conn: Any) -> None:
     """Check a pooled connection before a request gets it, cheaply.
@@ -25,14 +23,15 @@ def check_if_disturbed(conn: Any) -> None:
         ConnectionPool.check_connection(conn)
 
 
-def install() -> None:
-    """Use check_if_disturbed for every PostgreSQL pool Django made with health checks on."""
-    for alias in connections:
-        wrapper = connections[alias]
-        if wrapper.vendor != "postgresql" or not wrapper.settings_dict.get("CONN_HEALTH_CHECKS"):
-            continue
-        pool = wrapper.pool
-        if pool is not None:
-            # psycopg_pool keeps the check it was built with here; Django builds it with the
-            # round-trip check and offers no setting for another.
-            pool._check = check_if_disturbed
+def use_cheap_check(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """connection_created receiver: give the pool behind `connection` check_if_disturbed.
+
+    Done on first use, not at start-up: the pool must be the one for the database in use
+    (tests swap in their own), and Django builds it lazily with the round-trip check.
+    """
+    if connection.vendor != "postgresql" or not connection.settings_dict.get("CONN_HEALTH_CHECKS"):
+        return
+    pool = connection.pool
+    # psycopg_pool keeps the check it was built with here; Django offers no setting for another.
+    if pool is not None and pool._check is not check_if_disturbed:
+        pool._check = check_if_disturbed
