@@ -515,6 +515,36 @@ def _move_many(
 # -- the sweeper's moves ----------------------------------------------------------------------
 
 
+# One statement text, many rows: psycopg pipelines executemany and SQLite runs it in-process,
+# where Django's bulk_update builds a CASE per row and column (0.8 s for 100 rows, profiled).
+_SETTLE_SQL = (
+    'UPDATE "broker_task" SET "state" = %s, "available_at" = COALESCE(%s, "available_at"), '
+    '"last_error" = COALESCE(%s, "last_error"), "result" = COALESCE(%s, "result"), '
+    '"lease_id" = NULL, "lease_deadline" = NULL, '
+    '"worker" = NULL, "updated_at" = %s WHERE "id" = %s'
+)
+
+
+def _settle(rows: list[Task], now: datetime) -> None:
+    """Write each row's state and, where set, its available_at, last_error and result; the
+    lease ends."""
+    ops = connection.ops
+    at = ops.adapt_datetimefield_value(now)
+    params = [
+        (
+            row.state,
+            ops.adapt_datetimefield_value(row.available_at) if row.available_at else None,
+            row.last_error,
+            row.result,
+            at,
+            row.pk,
+        )
+        for row in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(_SETTLE_SQL, params)
+
+
 def reclaim_expired(limit: int = 500) -> int:
     """Handed-out tasks whose lease expired → delayed (backoff) or dead, error "lease expired".
 
@@ -535,16 +565,10 @@ def reclaim_expired(limit: int = 500) -> int:
             retry = row.attempts < row.max_attempts
             retried += retry
             row.state = State.DELAYED if retry else State.DEAD
-            if retry:
-                row.available_at = now + _retry_delay(row.attempts)
+            row.available_at = now + _retry_delay(row.attempts) if retry else None
             row.last_error = LEASE_EXPIRED
-            row.lease_id = row.lease_deadline = row.worker = None
-            row.updated_at = now
-        Task.objects.bulk_update(
-            rows,
-            ["state", "available_at", "last_error", "lease_id", "lease_deadline", "worker",
-             "updated_at"],
-        )
+            row.result = None
+        _settle(rows, now)
         TaskError.objects.bulk_create(
             TaskError(task_id=row.pk, attempt=row.attempts, at=now, error=LEASE_EXPIRED)
             for row in rows
@@ -672,9 +696,7 @@ def ack_many(items: list[Settle]) -> list[int]:
                 ))
                 deltas.update(observe.duration_deltas(_aware(held[pk][5]), now))
         if rows:
-            Task.objects.bulk_update(
-                rows, ["state", "result", "lease_id", "lease_deadline", "worker", "updated_at"]
-            )
+            _settle(rows, now)
             _bump(acked=len(rows), **deltas)
     observe.moved(State.HANDED_OUT, State.DONE, count=len(rows))
     return statuses
@@ -708,15 +730,11 @@ def nack_many(items: list[Settle]) -> list[int]:
             rows.append(row)
             errors.append(TaskError(task_id=pk, attempt=attempts, at=now, error=error))
             deltas.update(observe.duration_deltas(_aware(claimed_at), now))
-        retry_rows = [r for r in rows if r.state == State.DELAYED]
-        for row in retry_rows:
-            row.available_at = now + _retry_delay(held[row.pk][2])
-        fields = ["state", "last_error", "lease_id", "lease_deadline", "worker", "updated_at"]
-        if retry_rows:
-            Task.objects.bulk_update(retry_rows, [*fields, "available_at"])
-        if len(retry_rows) < len(rows):
-            Task.objects.bulk_update([r for r in rows if r.state == State.DEAD], fields)
+        for row in rows:
+            if row.state == State.DELAYED:
+                row.available_at = now + _retry_delay(held[row.pk][2])
         if rows:
+            _settle(rows, now)
             TaskError.objects.bulk_create(errors)
             _bump(nacked=len(rows), retried=retried, buried=len(rows) - retried, **deltas)
     observe.moved(State.HANDED_OUT, State.DELAYED, count=retried)
