@@ -22,7 +22,7 @@ from broker import queue
 from broker.admin_lists import EstimatedCountPaginator, QueueFilter, TaskChangeList, TypeFilter
 from broker.exceptions import TaskNotFound
 from broker.models import DeadTask, Task
-from broker.states import PRIORITY_NAMES
+from broker.states import GAUGE_STATES, PRIORITY_NAMES, State
 
 ERROR_PREVIEW_CHARS = 80
 EMPTY = "-"  # what Django's admin shows for an empty value
@@ -85,6 +85,7 @@ class TaskAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER  # facet counts are one COUNT per filter choice
     actions = ("cancel_selected",)
     list_title = "Tasks"
+    queue_choices_from: tuple[tuple[str, ...], bool] = (tuple(GAUGE_STATES), True)
     fieldsets = (
         (None, {"fields": (
             "id", "state", "queue", "type", "priority_name", "attempts_of_max",
@@ -232,6 +233,7 @@ class DeadTaskAdmin(TaskAdmin):
     sortable_by = ("short_id", "died_at")
     actions = ("requeue_selected", "requeue_all_matching")
     list_title = "Dead-letter queue"
+    queue_choices_from = ((State.DEAD,), False)  # queues that have dead tasks
     change_list_template = "admin/broker/deadtask/change_list.html"
     change_form_template = "admin/broker/deadtask/change_form.html"
 

@@ -18,6 +18,7 @@ from django.utils.functional import cached_property
 from django.utils.text import capfirst
 
 from broker.models import Task
+from broker.states import GAUGE_STATES, State
 
 # -- counting without a full-table COUNT ----------------------------------------------------------
 
@@ -81,35 +82,57 @@ def _plan_estimate(qs: QuerySet) -> int:
 # -- filters that never scan the table ------------------------------------------------------------
 
 
-def known_queues() -> list[str]:
-    """Every queue name in the table, read by skipping through the (state, queue) index."""
+RECENT_TASKS = 1000
+
+
+def known_queues(states: tuple[str, ...] = tuple(GAUGE_STATES), recent: bool = True) -> list[str]:
+    """Queue names worth offering: every queue with a task in `states`, plus, when `recent`,
+    those among the newest tasks (finished ones included). No scan of the whole table.
+    """
+    names = set(_queues_in(states))
+    if recent:
+        newest = Task.objects.order_by("-pk").values_list("queue", flat=True)[:RECENT_TASKS]
+        names.update(newest)
+    return sorted(names)
+
+
+def _queues_in(states: tuple[str, ...]) -> list[str]:
+    live = Task.objects.filter(state__in=states)
     if connection.vendor != "postgresql":
-        return list(Task.objects.values_list("queue", flat=True).distinct().order_by("queue"))
-    # A loose index scan: one index probe per distinct (state, queue) pair, not one per row.
+        return list(live.values_list("queue", flat=True).distinct())
+    # A loose index scan of the partial (queue, state) index on the live states: one probe per
+    # distinct queue, not one per row. The states are written in (they are our enum's values,
+    # not input) so the planner can prove the index's condition, which a parameter hides.
+    if not set(states) <= set(State.values):
+        raise ValueError(f"not task states: {states}")
+    among = "state IN ({})".format(", ".join(f"'{state}'" for state in states))
     table = Task._meta.db_table
     sql = f"""
-        WITH RECURSIVE pairs(state, queue) AS (
-            (SELECT state, queue FROM {table} ORDER BY state, queue LIMIT 1)
+        WITH RECURSIVE names(queue) AS (
+            (SELECT queue FROM {table} WHERE {among} ORDER BY queue LIMIT 1)
             UNION ALL
-            SELECT nxt.state, nxt.queue FROM pairs, LATERAL (
-                SELECT t.state, t.queue FROM {table} t
-                WHERE (t.state, t.queue) > (pairs.state, pairs.queue)
-                ORDER BY t.state, t.queue LIMIT 1
-            ) nxt
+            SELECT (SELECT t.queue FROM {table} t WHERE t.{among} AND t.queue > names.queue
+                    ORDER BY t.queue LIMIT 1)
+            FROM names WHERE names.queue IS NOT NULL
         )
-        SELECT DISTINCT queue FROM pairs ORDER BY queue
-    """  # noqa: S608 -- the table name is ours, not input
+        SELECT queue FROM names WHERE queue IS NOT NULL
+    """  # noqa: S608 -- table and states are ours, checked above
     with connection.cursor() as cursor:
         cursor.execute(sql)
         return [row[0] for row in cursor.fetchall()]
 
 
 class QueueFilter(admin.SimpleListFilter):
+    """Queues with live tasks and recent ones; any other still filters by ?queue=name."""
+
     title = "queue"
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in known_queues()]
+        names = set(known_queues(*model_admin.queue_choices_from))
+        if self.value():
+            names.add(self.value())  # a chosen queue stays visible as the selected choice
+        return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         return queryset.filter(queue=self.value()) if self.value() else queryset

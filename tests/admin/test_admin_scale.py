@@ -10,8 +10,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from broker import queue
 from broker.admin_lists import EstimatedCountPaginator, known_queues
 from broker.models import Task
+from broker.states import State
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -79,12 +81,43 @@ def test_paginator__exact_count_in_a_transaction__statement_timeout_put_back(
     assert _statement_timeout() == before
 
 
-def test_known_queues__loose_index_scan__every_queue_once(
-    enqueue_task: Callable[..., int],
+def test_known_queues__live_and_recent__each_once(
+    enqueue_task: Callable[..., int], dead: Callable[..., list[int]]
 ) -> None:
     for name in ("mail", "billing", "mail", "zeta", "billing"):
         enqueue_task(queue=name)
-    assert known_queues() == ["billing", "mail", "zeta"]
+    dead(1, queue_name="reports")
+    assert known_queues() == ["billing", "mail", "reports", "zeta"]
+    assert known_queues((State.DEAD,), recent=False) == ["reports"]
+
+
+def test_known_queues__finished_long_ago__not_offered_but_still_filterable(
+    admin_client: Client, enqueue_task: Callable[..., int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = enqueue_task(queue="archive")
+    queue.cancel(old)
+    enqueue_task(queue="mail")
+    monkeypatch.setattr("broker.admin_lists.RECENT_TASKS", 1)  # "archive" is not among the newest
+
+    listing = admin_client.get(TASKS).content.decode()
+    filtered = admin_client.get(f"{TASKS}?queue=archive").content.decode()
+
+    assert 'href="?queue=mail"' in listing
+    assert 'href="?queue=archive"' not in listing
+    assert f"/admin/broker/task/{old}/change/" in filtered
+    assert 'href="?queue=archive"' in filtered  # the chosen one is shown, selected
+
+
+def test_dlq_queue_filter__only_queues_with_dead_tasks(
+    admin_client: Client, enqueue_task: Callable[..., int], dead: Callable[..., list[int]]
+) -> None:
+    enqueue_task(queue="mail")
+    dead(1, queue_name="billing")
+
+    html = admin_client.get(DLQ).content.decode()
+
+    assert 'href="?queue=billing"' in html
+    assert 'href="?queue=mail"' not in html
 
 
 MILLION_SQL = """
