@@ -121,7 +121,7 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db.setdefault("OPTIONS", {})["pool"] = {
         "min_size": env.int("BROKER_DB_POOL_MIN", default=2),
         "max_size": env.int("BROKER_DB_POOL_MAX", default=16),
-        "timeout": env.float("BROKER_DB_POOL_TIMEOUT", default=30.0),
+        "timeout": env.float("BROKER_DB_POOL_TIMEOUT", default=8.0),
     }
     # Each pooled connection is checked (one empty round trip) before a request gets it: after
     # PostgreSQL restarts, the stale ones are dropped rather than failing one request each.

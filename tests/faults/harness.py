@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ LEASE_EXPIRED = "lease expired"
 class Broker:
     """gunicorn (gunicorn.conf.py) that can be killed and started again on the same port."""
 
-    def __init__(self, db_url: str, tmp: Path, workers: int = 2, **env: str) -> None:
-        self.db_url, self.tmp, self.workers, self.env = db_url, tmp, workers, env
+    def __init__(
+        self, db_url: str, tmp: Path, workers: int = 2, name: str = "broker", **env: str
+    ) -> None:
+        self.db_url, self.tmp, self.workers, self.name, self.env = db_url, tmp, workers, name, env
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc: Proc | None = None
@@ -34,7 +37,7 @@ class Broker:
             [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{self.port}",
              "--workers", str(self.workers)],
             child_env(self.db_url, **self.env),
-            self.tmp / f"broker-{self.starts}.log",
+            self.tmp / f"{self.name}-{self.starts}.log",
         )
         wait_until(self._healthy, timeout, 0.1, "the broker to answer /healthz")
 
@@ -44,7 +47,7 @@ class Broker:
             raise AssertionError(f"gunicorn exited early:\n{self.proc.output()}")
         try:
             return http("GET", f"{self.base}/healthz", timeout=1)[0] == 200
-        except OSError:
+        except (OSError, HTTPException):
             return False
 
     def kill9(self) -> None:
@@ -114,7 +117,7 @@ class Producers:
             while time.monotonic() < end:
                 try:
                     status, answer = http("POST", f"{self.base}/jobs", body, timeout=15)
-                except OSError:
+                except (OSError, HTTPException):  # refused, reset, or cut mid-answer
                     status, answer = 0, None
                 except ValueError:  # an answer that is not JSON: counted as status -1
                     status, answer = -1, None

@@ -16,6 +16,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -105,7 +106,7 @@ class Prober:
                     status, raw, ctype = resp.status, resp.read(), resp.headers["Content-Type"]
             except urllib.error.HTTPError as err:
                 status, raw, ctype = err.code, err.read(), err.headers["Content-Type"]
-            except OSError:
+            except (OSError, HTTPException):
                 continue
             body: Any = raw.decode(errors="replace")
             if raw and (ctype or "").startswith("application/json"):
@@ -116,7 +117,7 @@ class Prober:
                 task, lease = body["task"]["id"], body["lease_id"]
                 try:
                     http("POST", f"{self.base}/jobs/{task}/ack?lease_id={lease}", timeout=20)
-                except OSError:
+                except (OSError, HTTPException):
                     pass  # the lease expires and the task is redelivered: allowed
 
     def recovered(self, after: float, run: int = 20) -> bool:
@@ -128,25 +129,38 @@ class Prober:
         return [s for s in self.seen if s[2] >= 500]
 
 
+def _answers(base: str, n: int) -> list[tuple[str, int, Any]]:
+    """n reads spread over the broker's processes: (path, status, body)."""
+    paths = ("/stats", "/jobs?limit=1", "/healthz", "/dlq")
+    return [(p, *http("GET", f"{base}{p}", timeout=20)) for p in (paths * n)[:n]]
+
+
 def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
     db_url: str, tmp_path: Path
 ) -> None:
     jobs = tmp_path / "jobs.log"
-    broker = Broker(db_url, tmp_path)
-    broker.start()
+    # A request waits up to BROKER_DB_POOL_TIMEOUT for a connection before it answers 503; one
+    # second, so that the outage outlasts it and its answers can be seen.
+    busy = Broker(db_url, tmp_path, name="busy", BROKER_DB_POOL_TIMEOUT="1")
+    # A second broker, idle through the outage: its pooled connections are all stale after it.
+    idle = Broker(db_url, tmp_path, name="idle")
     with ExitStack() as stack:
-        stack.callback(broker.stop)
+        for broker in (busy, idle):
+            broker.start()
+            stack.callback(broker.stop)
+        assert {s for _, s, _ in _answers(idle.base, 40)} == {200}  # connections pooled
         sweep = stack.enter_context(running(sweeper(db_url, tmp_path)))
-        pool: list[Proc] = workers(broker.base, db_url, tmp_path, jobs, 3, "--concurrency", "1",
+        pool: list[Proc] = workers(busy.base, db_url, tmp_path, jobs, 3, "--concurrency", "1",
                                    "--lease-ms", "5000")
         stack.callback(lambda: [proc.stop() for proc in pool])
-        producers = Producers(broker.base, threads=20, per_thread=40, pause_s=0.25,
+        producers = Producers(busy.base, threads=20, per_thread=40, pause_s=0.25,
                               body={"max_attempts": 5}).start()
-        prober = stack.enter_context(Prober(broker.base))
+        prober = stack.enter_context(Prober(busy.base))
         wait_until(lambda: len(producers.accepted) >= 150, 30, what="150 accepted tasks")
 
         with postgres_restored():
             stopped, back = _restart_postgres()
+        stale = _answers(idle.base, 40)
         wait_until(lambda: prober.recovered(after=back), 30, 0.2, "20 good answers in a row")
         producers.join(120)
         assert len(producers.accepted) == producers.wanted
@@ -155,19 +169,25 @@ def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
         assert all(proc.popen.poll() is None for proc in pool), "a worker died"
         worker_logs = "".join(proc.output() for proc in pool)
 
+    # While PostgreSQL was away: 503 with a JSON error, never a 500 or a page.
     failures = prober.failures()
-    assert failures, "the broker never noticed the outage"
     for _, path, status, body in failures:
         assert status == 503, (path, status, body)
         assert isinstance(body, dict) and body.get("error"), (path, body)
     assert set(producers.statuses) <= {200, 201, 503}, producers.statuses
-    last_failure = max(at for at, *_ in failures)
+    assert failures, "the prober never saw the outage"
+    # Workers backed off and retried, and resumed: nothing lost, nothing stuck.
+    assert "answered 503" in worker_logs or "unreachable" in worker_logs
     tasks = _with_fresh_connection(lambda: audit(producers.accepted, jobs))
     assert {state for state, _, _ in tasks.values()} == {State.DONE}
-    assert "503" in worker_logs or "unreachable" in worker_logs  # they backed off and retried
+    # Stale connections are dropped, not handed to requests: the first calls after the outage
+    # to a broker that was idle through it all succeed.
+    assert [a for a in stale if a[1] != 200] == []
+    last_failure = max((at for at, *_ in failures), default=stopped)
     log.info(
-        "outage %.1f s; last 5xx %.1f s after PostgreSQL answered; probe answers %s; "
-        "producer answers %s; %d redelivered after lease expiry",
+        "outage %.1f s; last probe 5xx %.1f s after PostgreSQL answered; probe answers %s; "
+        "producer answers %s; 503s seen by workers %d; %d redelivered after lease expiry",
         back - stopped, last_failure - back, Counter((s[1], s[2]) for s in prober.seen),
-        dict(producers.statuses), sum(1 for *_, e in tasks.values() if e),
+        dict(producers.statuses), worker_logs.count("answered 503"),
+        sum(1 for *_, e in tasks.values() if e),
     )

@@ -26,7 +26,9 @@ class Command(BaseCommand):
         interval_ms = options["interval_ms"] or settings.BROKER_SWEEP_INTERVAL_MS
         if options["once"]:
             result = sweep_once()
-            self.stdout.write(f"reclaimed {result.reclaimed}, promoted {result.promoted}")
+            self.stdout.write(
+                f"reclaimed {result.reclaimed}, promoted {result.promoted}, pruned {result.pruned}"
+            )
             return
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
