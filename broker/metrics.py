@@ -12,7 +12,6 @@ from typing import Any
 
 from django.db.models import Sum
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import (
@@ -117,26 +116,9 @@ class _AnyAccept(BaseContentNegotiation):
 
 
 class MetricsView(APIView):
-    """GET /metrics in the Prometheus text format (0.0.4)."""
+    """GET /metrics in the Prometheus text format (0.0.4); its OpenAPI is in broker.api.schema."""
 
     content_negotiation_class = _AnyAccept
 
-    @extend_schema(
-        operation_id="metrics",
-        summary="Prometheus metrics",
-        description=(
-            "Prometheus text format 0.0.4, built from the database at scrape time: the same "
-            "numbers from every broker process, and the counters equal the `/stats` totals "
-            "(`jobs_completed_total` = `totals.acked`, `jobs_failed_total` = `totals.nacked + "
-            "totals.reclaimed`, `jobs_dead_lettered_total` = `totals.buried`, ...). Gauges are "
-            "labelled by queue."
-        ),
-        tags=["observability"],
-        responses={
-            (200, "text/plain"): OpenApiResponse(
-                response={"type": "string"}, description="The metrics, one sample a line."
-            ),
-        },
-    )
     def get(self, request: Request) -> HttpResponse:
         return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_PLAIN_0_0_4)
