@@ -205,8 +205,13 @@ def test_browser__requeue_from_dlq__claimed_again__dashboard_follows_stats(
             assert top.get_attribute("href").startswith(
                 "/admin/broker/deadtask/?last_error__exact="
             )
-            rates = page.locator("[data-rate='enqueued']").inner_text()
-            assert rates != NOTHING_YET and float(rates) > 0, rates
+            # The legend shows the latest interval's rate: while work flows, it is above zero.
+            def enqueue_rate_shown() -> bool:
+                _traffic(base, 1)
+                rates = page.locator("[data-rate='enqueued']").inner_text()
+                return rates != NOTHING_YET and float(rates) > 0
+
+            wait_until(enqueue_rate_shown, 20, 0, "a non-zero enqueue rate on the plot")
             page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
             # The top error's link opens the DLQ filtered on it.

@@ -1,0 +1,73 @@
+"""The hot paths cost the fewest queries: a regression here fails, whatever the machine's speed."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from broker.models import COUNTER_SHARDS, CounterShard
+
+# transaction=True: counted as in production, with no test transaction turning BEGIN into SAVEPOINT.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _counter_shards() -> None:
+    # As after `migrate`: a flushed test database has none, and creating one costs a query.
+    CounterShard.objects.bulk_create(
+        [CounterShard(shard=i) for i in range(COUNTER_SHARDS)], ignore_conflicts=True
+    )
+
+
+# PostgreSQL: enqueue, claim and ack are one statement each (broker/pgsql.py), in autocommit;
+# SQLite runs the same moves as ORM statements between BEGIN IMMEDIATE and COMMIT (both counted).
+# nack (not a hot path) on both: BEGIN, lock, move, keep the error, count, COMMIT.
+EXPECTED = {
+    "postgresql": {"enqueue": 1, "claim": 1, "ack": 1, "nack": 6, "claim_empty": 1},
+    "sqlite": {"enqueue": 4, "claim": 5, "ack": 4, "nack": 6, "claim_empty": 3},
+}
+
+
+def _count(call) -> tuple[int, object]:
+    with CaptureQueriesContext(connection) as ctx:
+        result = call()
+    return len(ctx.captured_queries), result
+
+
+def test_hot_paths__query_count_per_call(api_client) -> None:
+    expected = EXPECTED[connection.vendor]
+    n, r = _count(lambda: api_client.post("/jobs", {"payload": {"a": 1}}, format="json"))
+    assert r.status_code == 201
+    assert n == expected["enqueue"]
+    api_client.post("/jobs", {"payload": {"a": 2}}, format="json")
+
+    n, r = _count(lambda: api_client.get("/jobs/next?wait_ms=0"))
+    assert r.status_code == 200
+    assert n == expected["claim"]
+    first = r.json()
+    n, r = _count(
+        lambda: api_client.post(f"/jobs/{first['task']['id']}/ack?lease_id={first['lease_id']}")
+    )
+    assert r.status_code == 204
+    assert n == expected["ack"]
+
+    second = api_client.get("/jobs/next?wait_ms=0").json()
+    n, r = _count(
+        lambda: api_client.post(
+            f"/jobs/{second['task']['id']}/nack?lease_id={second['lease_id']}",
+            {"error": "boom"}, format="json",
+        )
+    )
+    assert r.status_code == 204
+    assert n == expected["nack"]
+
+    n, r = _count(lambda: api_client.get("/jobs/next?wait_ms=0"))
+    assert r.status_code == 204
+    assert n == expected["claim_empty"]
+
+
+def test_batch_claim__one_query_for_many(api_client) -> None:
+    api_client.post("/jobs/batch", {"jobs": [{"payload": i} for i in range(20)]}, format="json")
+    n, r = _count(lambda: api_client.post("/jobs/claim", {"max": 10, "wait_ms": 0}, format="json"))
+    assert r.status_code == 200 and len(r.json()["deliveries"]) == 10
+    assert n == EXPECTED[connection.vendor]["claim"]
