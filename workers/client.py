@@ -89,6 +89,20 @@ class Broker(Protocol):
         """Make parked and future claims return None at once; ack, nack, extend keep working."""
         ...
 
+    def claim_many(
+        self, max_n: int, wait_ms: int, lease_ms: int, queues: Sequence[str] = ()
+    ) -> list[Delivery]:
+        """Long-poll for up to max_n tasks; [] when the wait elapsed or claims were cancelled."""
+        ...
+
+    def ack_many(self, acks: Sequence[tuple[str, str, Any]]) -> list[bool]:
+        """Report successes (task id, lease id, result); per item, True when acked."""
+        ...
+
+    def nack_many(self, nacks: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """Report failures (task id, lease id, error); per item, True when nacked."""
+        ...
+
 
 def identity() -> str:
     """The X-Broker-Worker value for the calling thread: host:pid:thread."""
@@ -310,6 +324,97 @@ class BrokerClient:
         """
         response = self._send("POST", self._jobs_url, until=time.monotonic() + self._give_up_s,
                               body=body)
+        if response is None:
+            raise BrokerUnavailableError(0, f"broker at {self.base_url} unreachable or failing")
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, None
+
+    # -- batches (API.md, "Batch endpoints") ---------------------------------------------------
+
+    def claim_many(
+        self, max_n: int, wait_ms: int, lease_ms: int, queues: Sequence[str] = ()
+    ) -> list[Delivery]:
+        """POST /jobs/claim. 1 to max_n deliveries, or [] on 204 or after cancel_claims().
+
+        Retries like claim(); raises BrokerError on any other unexpected answer.
+        """
+        body: dict[str, Any] = {"max": max_n, "wait_ms": wait_ms, "lease_ms": lease_ms}
+        if queues:
+            body["queues"] = list(queues)
+        timeout = (self._connect_s, wait_ms / 1000 + self._claim_margin_s)
+        response = self._send("POST", f"{self._jobs_url}/claim", until=None, body=body,
+                              timeout=timeout, interruptible=True)
+        if response is None or response.status_code == 204:
+            return []
+        if response.status_code != 200:
+            raise BrokerError(response.status_code, _error_text(response))
+        try:
+            deliveries: list[Delivery] = response.json()["deliveries"]
+            lease_ids = [d["lease_id"] for d in deliveries]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BrokerError(200, "claim answered with an unreadable body") from exc
+        lease_end = _sent_at(response) + lease_ms / 1000
+        for lease_id in lease_ids:
+            self._lease_ends[lease_id] = lease_end
+        return deliveries
+
+    def ack_many(self, acks: Sequence[tuple[str, str, Any]]) -> list[bool]:
+        """POST /jobs/ack of (task id, lease id, result) items; per item True when acked.
+
+        Retries until the earliest lease among them ends; an item's 404/409 is final (logged).
+        Raises TypeError/ValueError if a result is not JSON-serializable.
+        """
+        items = [{"id": t, "lease_id": lease, "result": r} for t, lease, r in acks]
+        return self._finish_many("ack", items)
+
+    def nack_many(self, nacks: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """POST /jobs/nack of (task id, lease id, error) items; per item True as for ack_many."""
+        items = [
+            {"id": t, "lease_id": lease, "error": error[:MAX_ERROR_CHARS]}
+            for t, lease, error in nacks
+        ]
+        return self._finish_many("nack", items)
+
+    def _finish_many(self, verb: str, items: list[dict[str, Any]]) -> list[bool]:
+        """One batch ack or nack; [] for no items."""
+        if not items:
+            return []
+        lease_ids = [item["lease_id"] for item in items]
+        ends = [self._lease_ends[lease] for lease in lease_ids if lease in self._lease_ends]
+        until = min(ends) if ends else time.monotonic() + self._give_up_s
+        response = self._send("POST", f"{self._jobs_url}/{verb}", until=until,
+                              body={f"{verb}s": items})
+        for lease_id in lease_ids:
+            self._lease_ends.pop(lease_id, None)
+        if response is None:
+            log.error("could not %s %d tasks before the first lease ended", verb, len(items))
+            return [False] * len(items)
+        try:
+            results = response.json()["results"] if response.status_code == 200 else None
+            statuses = {r["id"]: r["status"] for r in results} if results else {}
+        except (ValueError, KeyError, TypeError):
+            statuses = {}
+        if response.status_code != 200 or len(statuses) != len(items):
+            log.warning("%s of %d tasks answered %s: %s",
+                        verb, len(items), response.status_code, _error_text(response))
+        done = []
+        for item in items:
+            status = statuses.get(item["id"])
+            if status != 204 and status is not None:
+                log.warning("%s of task %s answered %s", verb, item["id"], status)
+            done.append(status == 204)
+        return done
+
+    def enqueue_many(self, bodies: Sequence[dict[str, Any]]) -> tuple[int, Any]:
+        """POST /jobs/batch (all or nothing). The status and the decoded JSON answer.
+
+        Retries like enqueue(); raises BrokerUnavailableError when the broker stays away.
+        """
+        response = self._send("POST", f"{self._jobs_url}/batch",
+                              until=time.monotonic() + self._give_up_s,
+                              body={"jobs": list(bodies)})
         if response is None:
             raise BrokerUnavailableError(0, f"broker at {self.base_url} unreachable or failing")
         try:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from workers import handlers
 from workers.client import Broker, BrokerError, Delivery, backoff_s
@@ -35,9 +37,11 @@ class Runner:
         queues: Sequence[str] = (),
         heartbeat_s: float | None = None,
         error_backoff_s: float = 1.0,
+        batch: int = 1,
     ) -> None:
         """heartbeat_s defaults to half the lease; error_backoff_s is the first pause after a
         failed claim (doubling, capped at 30 s), so a misconfigured worker never spins.
+        batch > 1: each thread claims up to batch tasks at once; a Settler acks them.
         """
         self._client = client
         self._resolve = resolve
@@ -48,6 +52,8 @@ class Runner:
         self._error_backoff_s = error_backoff_s
         self._heartbeat = Heartbeat(client, lease_ms, interval_s=heartbeat_s)
         self._stop = threading.Event()
+        self._batch = batch
+        self._settler = Settler(client) if batch > 1 else None
 
     claim_grace_s = 1.0
 
@@ -88,15 +94,18 @@ class Runner:
             self.close()
 
     def close(self) -> None:
-        """Stop the heartbeat thread (run() does this on its way out)."""
+        """Send the acks still queued, then stop the threads (run() does this on its way out)."""
+        if self._settler is not None:
+            self._settler.close()
         self._heartbeat.close()
 
     def _work(self) -> None:
         """One worker thread: tick until stopped, backing off after errors."""
         failures = 0
+        step = self.tick if self._settler is None else self.tick_batch
         while not self._stop.is_set():
             try:
-                self.tick()
+                step()
                 failures = 0
             except Exception as exc:
                 failures += 1
@@ -143,9 +152,51 @@ class Runner:
         )
         return outcome
 
-    def _run_handler(self, task: Mapping[str, Any], lease_id: str) -> tuple[Any, str | None]:
-        """(result, None) on success, (None, error text) on any exception."""
-        self._heartbeat.hold(task["id"], lease_id)
+    def tick_batch(self) -> int:
+        """Claim up to batch tasks, run them one by one, hand each outcome to the Settler.
+
+        Every claimed lease is heartbeaten at once: the later tasks wait their turn in hand.
+        Tasks claimed are run even after stop(). The number of tasks claimed.
+        """
+        if self._stop.is_set() or self._settler is None:
+            return 0
+        deliveries = self._client.claim_many(
+            self._batch, self._wait_ms, self._lease_ms, self._queues
+        )
+        for delivery in deliveries:
+            self._heartbeat.hold(delivery["task"]["id"], delivery["lease_id"])
+        for n, delivery in enumerate(deliveries):
+            try:
+                self._handle_later(delivery, self._settler)
+            except BaseException:
+                # Never leave the rest beaten forever: their leases end and the broker
+                # hands them out again.
+                for rest in deliveries[n:]:
+                    self._heartbeat.release(rest["task"]["id"], rest["lease_id"])
+                raise
+        return len(deliveries)
+
+    def _handle_later(self, delivery: Delivery, settler: Settler) -> None:
+        """Run one held task and queue its ack (or nack) without waiting for it."""
+        task = delivery["task"]
+        started = time.monotonic()
+        result, error = self._run_handler(task, delivery["lease_id"], held=True)
+        if error is None:
+            try:  # an ack batch that cannot encode would fail for every item in it
+                json.dumps(result, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                result, error = None, f"handler result is not JSON: {exc}"
+        settler.put(Outcome(task["id"], delivery["lease_id"], result, error, started))
+
+    def _run_handler(
+        self, task: Mapping[str, Any], lease_id: str, *, held: bool = False
+    ) -> tuple[Any, str | None]:
+        """(result, None) on success, (None, error text) on any exception.
+
+        held: the lease is already heartbeaten (batch mode); released here either way.
+        """
+        if not held:
+            self._heartbeat.hold(task["id"], lease_id)
         try:
             return self._resolve(task)(task), None
         # SystemExit too: a handler calling sys.exit() must not end the worker thread.
@@ -153,3 +204,82 @@ class Runner:
             return None, str(exc) or type(exc).__name__
         finally:
             self._heartbeat.release(task["id"], lease_id)
+
+
+class Outcome(NamedTuple):
+    """A finished task waiting for its ack (error None) or nack."""
+
+    task_id: str
+    lease_id: str
+    result: Any
+    error: str | None
+    started: float
+
+
+class Settler:
+    """One thread that sends queued outcomes as soon as they come, batched only by circumstance.
+
+    It blocks for the first outcome, takes whatever else is already queued without waiting,
+    and sends one POST /jobs/ack (and one /jobs/nack if any): an ack is never held back for
+    more acks; outcomes pile up only while a request is in flight.
+    """
+
+    def __init__(self, client: Broker) -> None:
+        """The thread starts on the first put()."""
+        self._client = client
+        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def put(self, outcome: Outcome) -> None:
+        """Queue an outcome for sending."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="settler", daemon=True)
+                self._thread.start()
+        self._queue.put(outcome)
+
+    def close(self) -> None:
+        """Send everything queued, then end the thread and wait for it."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+
+    def _run(self) -> None:
+        """Block for one outcome, drain the rest, send; until close()'s marker arrives."""
+        closing = False
+        while not closing:
+            items = [self._queue.get()]
+            while True:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            closing = None in items
+            self.send([item for item in items if item is not None])
+
+    def send(self, outcomes: Sequence[Outcome]) -> None:
+        """One ack request for the successes, one nack request for the failures; log each."""
+        acks = [o for o in outcomes if o.error is None]
+        nacks = [o for o in outcomes if o.error is not None]
+        for verb, group in (("ack", acks), ("nack", nacks)):
+            if not group:
+                continue
+            try:
+                if verb == "ack":
+                    done = self._client.ack_many([(o.task_id, o.lease_id, o.result) for o in group])
+                else:
+                    done = self._client.nack_many(
+                        [(o.task_id, o.lease_id, o.error or "") for o in group]
+                    )
+            except Exception:
+                log.exception("%s of %d tasks failed", verb, len(group))
+                done = [False] * len(group)
+            for o, ok in zip(group, done, strict=False):
+                log.info(
+                    "task %s %s in %.3f s%s",
+                    o.task_id, f"{verb}ed" if ok else f"{verb} refused",
+                    time.monotonic() - o.started, f": {o.error}" if o.error else "",
+                )

@@ -50,6 +50,9 @@ class FakeBroker:
         self.answer = True
         self.extend_answer = True
         self.cancelled = False
+        self.ack_batches: list[list[str]] = []
+        self.nack_batches: list[list[str]] = []
+        self.slow_acks_s = 0.0
         self._cond = threading.Condition()
 
     def add(self, task_id: str, payload: Any, *, type_: str | None = None) -> dict[str, Any]:
@@ -88,6 +91,33 @@ class FakeBroker:
         with self._cond:
             self.nacks.append((task_id, lease_id, error))
         return self.answer
+
+    def claim_many(self, max_n: int, wait_ms: int, lease_ms: int, queues: Any = ()) -> Any:
+        """Like POST /jobs/claim: what claim() would give, plus up to max_n - 1 more ready."""
+        first = self.claim(wait_ms, lease_ms, queues)
+        if first is None:
+            return []
+        got = [first]
+        with self._cond:
+            while self.deliveries and len(got) < max_n:
+                got.append(self.deliveries.popleft())
+        return got
+
+    def ack_many(self, acks: Any) -> list[bool]:
+        """Record the batch, then each item as ack() would; slow_acks_s delays the answer."""
+        json.dumps([r for _, _, r in acks], allow_nan=False)
+        with self._cond:
+            self.ack_batches.append([t for t, _, _ in acks])
+            self.acks.extend(acks)
+        time.sleep(self.slow_acks_s)
+        return [self.answer] * len(acks)
+
+    def nack_many(self, nacks: Any) -> list[bool]:
+        """Record the batch, then each item as nack() would."""
+        with self._cond:
+            self.nack_batches.append([t for t, _, _ in nacks])
+            self.nacks.extend(nacks)
+        return [self.answer] * len(nacks)
 
     def extend(self, task_id: str, lease_id: str, lease_ms: int) -> bool:
         """Record."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Callable
 
 from workers.client import DEFAULT_BROKER_URL
 
@@ -27,6 +28,18 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _int_at_least(text, 0)
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer from low to high."""
+
+    def parse(text: str) -> int:
+        value = _int_at_least(text, low)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}: {value}")
+        return value
+
+    return parse
 
 
 def _int_at_least(text: str, low: int) -> int:

@@ -11,6 +11,7 @@ from workers.client import BrokerClient
 from workers.management.commands._common import (
     api_token,
     default_broker_url,
+    int_between,
     log_to_stderr,
     non_negative_int,
     positive_int,
@@ -41,6 +42,9 @@ class Command(BaseCommand):
                             help="(default: %(default)s)")
         parser.add_argument("--concurrency", type=positive_int, default=1,
                             help="sending threads (default: %(default)s)")
+        parser.add_argument("--batch", type=int_between(1, 1000), default=1,
+                            help="tasks per request via POST /jobs/batch, 1-1000 "
+                                 "(default: %(default)s: POST /jobs one by one)")
         parser.add_argument("--queue", default="default", help="(default: %(default)s)")
         parser.add_argument("--priority", default="normal", choices=["high", "normal", "low"],
                             help="(default: %(default)s)")
@@ -66,7 +70,7 @@ class Command(BaseCommand):
         try:
             summary = producer.produce(
                 client, n, template, concurrency=options["concurrency"],
-                progress=progress if show else None,
+                batch=options["batch"], progress=progress if show else None,
             )
         finally:
             client.close()

@@ -15,6 +15,7 @@ from workers.client import BrokerClient
 from workers.management.commands._common import (
     api_token,
     default_broker_url,
+    int_between,
     log_to_stderr,
     non_negative_int,
     positive_int,
@@ -48,6 +49,9 @@ class Command(BaseCommand):
                             help="lease per claim, extended each half lease (default: %(default)s)")
         parser.add_argument("--queue", default="",
                             help="comma-separated queues to claim from (default: all)")
+        parser.add_argument("--batch", type=int_between(1, 100), default=1,
+                            help="claim up to N tasks per request and ack in batches, 1-100 "
+                                 "(default: %(default)s: one at a time)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the client and runner, route the signals to runner.stop(), run."""
@@ -60,6 +64,7 @@ class Command(BaseCommand):
             wait_ms=options["wait_ms"],
             lease_ms=options["lease_ms"],
             queues=[q.strip() for q in options["queue"].split(",") if q.strip()],
+            batch=options["batch"],
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -71,9 +76,9 @@ class Command(BaseCommand):
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info(
-            "worker on %s: %d threads, wait %d ms, lease %d ms, queues %s",
-            options["broker"], options["concurrency"], options["wait_ms"], options["lease_ms"],
-            options["queue"] or "all",
+            "worker on %s: %d threads, batch %d, wait %d ms, lease %d ms, queues %s",
+            options["broker"], options["concurrency"], options["batch"], options["wait_ms"],
+            options["lease_ms"], options["queue"] or "all",
         )
         try:
             runner.run()
