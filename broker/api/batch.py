@@ -36,6 +36,10 @@ class EnqueueBatchView(BrokerView):
 
     def post(self, request: Request) -> Response:
         items = _items(parsing.read_object(request), "jobs")
+        quick = [parsing.quick_new_task(item) for item in items]
+        if None not in quick:
+            ids = queue.enqueue_many(quick)
+            return Response({"ids": [str(pk) for pk in ids]}, status=201)
         serializer = parsing.EnqueueSerializer(data=items, many=True)
         if not serializer.is_valid():
             errors = serializer.errors

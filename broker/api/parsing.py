@@ -222,7 +222,60 @@ def new_task(attrs: dict[str, Any]) -> NewTask:
     )
 
 
+_ENQUEUE_FIELDS = frozenset(EnqueueSerializer._declared_fields)
+
+
+def _plain_key(key: Any) -> bool:
+    if not isinstance(key, str) or not 0 < len(key) <= 255 or "\x00" in key:
+        return False
+    try:
+        key.encode("utf-8")  # lone surrogates do not encode: the serializer refuses them
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def quick_new_task(data: Any) -> NewTask | None:
+    """The common enqueue body (untyped, every field plainly valid) without the serializer.
+
+    ~40 times cheaper than EnqueueSerializer per item (a 500-item batch spent most of its time
+    there). It accepts only what the serializer accepts, with the same defaults; anything else
+    (typed jobs, any doubt) answers None, and the serializer decides and words the errors.
+    """
+    if type(data) is not dict or "payload" not in data or not _ENQUEUE_FIELDS.issuperset(data):
+        return None
+    get = data.get
+    max_attempts, delay_ms = get("max_attempts", 3), get("delay_ms", 0)
+    queue_name, priority = get("queue", "default"), get("priority", "normal")
+    key = get("idempotency_key")
+    if (
+        type(max_attempts) is not int
+        or not 1 <= max_attempts <= 100
+        or type(delay_ms) is not int
+        or not 0 <= delay_ms <= MAX_DELAY_MS
+        or type(queue_name) is not str
+        or not _QUEUE_RE.fullmatch(queue_name)
+        or type(priority) is not str
+        or priority not in PRIORITY_BY_NAME
+        or get("type") is not None
+        or (key is not None and not _plain_key(key))
+    ):
+        return None
+    return NewTask(
+        payload=dump_json(data["payload"]),
+        max_attempts=max_attempts,
+        delay_ms=delay_ms,
+        queue=queue_name,
+        priority=PRIORITY_BY_NAME[priority],
+        type=None,
+        idempotency_key=key,
+    )
+
+
 def parse_enqueue(data: Any) -> NewTask:
+    quick = quick_new_task(data)
+    if quick is not None:
+        return quick
     serializer = EnqueueSerializer(data=data)
     serializer.is_valid(raise_exception=True)
     return new_task(serializer.validated_data)

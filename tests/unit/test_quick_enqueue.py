@@ -1,0 +1,52 @@
+"""The enqueue fast path never accepts what the serializer refuses, nor reads it differently."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.api.parsing import EnqueueSerializer, new_task, quick_new_task
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+field_values = {
+    "payload": json_values,
+    "max_attempts": st.integers(-2, 102) | st.booleans() | st.text(max_size=3) | st.none()
+    | st.floats(0, 5),
+    "delay_ms": st.integers(-1, 7 * 24 * 3600 * 1000 + 1) | st.none() | st.text(max_size=3),
+    "queue": st.text(max_size=70) | st.sampled_from(["default", "a.b-c_9", "x\n"]) | st.none(),
+    "priority": st.sampled_from(["high", "normal", "low", "HIGH", "", 1]) | st.none(),
+    "type": st.none() | st.sampled_from(["sleep_job", "nope"]),
+    "idempotency_key": st.none() | st.text(max_size=260) | st.integers(),
+    "max_attempt": st.integers(),
+}
+bodies = st.fixed_dictionaries(
+    {}, optional=field_values
+) | json_values
+
+
+@settings(max_examples=400, deadline=None)
+@given(bodies)
+def test_quick_new_task__agrees_with_the_serializer(body) -> None:
+    quick = quick_new_task(body)
+    if quick is None:
+        return  # the serializer decides: nothing to compare
+    serializer = EnqueueSerializer(data=body)
+    assert serializer.is_valid(), serializer.errors
+    assert new_task(serializer.validated_data) == quick
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"payload": 1},
+        {"payload": None, "max_attempts": 100, "delay_ms": 0, "queue": "q", "priority": "low"},
+        {"payload": {"a": [1, "\u0000"]}, "idempotency_key": "k ", "type": None},
+    ],
+)
+def test_quick_new_task__plain_bodies__taken_fast(body) -> None:
+    assert quick_new_task(body) is not None
