@@ -24,7 +24,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 pytest.mark.skip(reason="needs PostgreSQL: DATABASE_URL is not postgres://")
             )
         if "slow" in item.keywords and not run_slow:
-            item.add_marker(pytest.mark.skip(reason="slow fault test: RUN_SLOW=1 runs it (.ci/run)"))
+            reason = "slow fault test: RUN_SLOW=1 runs it (.ci/run does)"
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Real processes for tests: gunicorn, runsweeper, runworker, produce on free ports, killed by PID."""
+"""Real processes for tests: gunicorn, runsweeper, runworker, produce on free ports, by PID."""
 from __future__ import annotations
 
 import json
@@ -44,7 +44,7 @@ class Proc:
 
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.args, self.log_path = args, log
-        self._log = open(log, "wb")  # noqa: SIM115 -- closed in stop()
+        self._log = open(log, "wb")
         self.popen = subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -89,7 +89,9 @@ def http(
     method: str, url: str, body: Any = None, timeout: float = 10, headers: dict | None = None
 ) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    req = urllib.request.Request(  # noqa: S310 -- http://127.0.0.1 only
+        url, data=data, method=method, headers=headers or {}
+    )
     if data is not None:
         req.add_header("Content-Type", "application/json")
     try:

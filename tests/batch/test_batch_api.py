@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from django.test.utils import CaptureQueriesContext
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from broker import queue
 from tests.conftest import assert_invariant

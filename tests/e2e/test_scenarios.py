@@ -1,6 +1,7 @@
 """The original design's "things to try", with real processes on PostgreSQL."""
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import time
@@ -78,7 +79,7 @@ def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
             assert task["last_error"]
             times = [_at(e["at"]) for e in task["errors"]]
             assert [e["attempt"] for e in task["errors"]] == [1, 2, 3]
-            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
             # Backoff 0.5-1 s then 1-2 s; the sweeper's tick and the claim add a little.
             assert 0.5 <= gaps[0] <= 1.4, gaps
             assert 1.0 <= gaps[1] <= 2.4, gaps

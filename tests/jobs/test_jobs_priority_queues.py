@@ -140,8 +140,8 @@ def _analyze() -> None:
 
 def _plan(sql: str, queues: list[str] | None) -> str:
     now = timezone.now()
-    params = {"queues": queues, "queue": queues[0] if queues else None, "limit": 1, "lease_id": "x" * 32, "deadline": now, "now": now,
-              "worker": None, "shard": 0}
+    params = {"queues": queues, "queue": queues[0] if queues else None, "limit": 1,
+              "lease_id": "x" * 32, "deadline": now, "now": now, "worker": None, "shard": 0}
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         return "\n".join(row[0] for row in cursor.fetchall())
