@@ -57,6 +57,26 @@ ENQUEUE = (
     " SELECT id, (SELECT count(*) FROM notified) FROM new"
 )
 
+# Many new tasks without idempotency keys, from parallel arrays: one statement, one commit.
+# Ids come from the sequence in the SELECT's order, so ORDER BY id gives them back in request order.
+ENQUEUE_MANY = (
+    "WITH new AS ("
+    " INSERT INTO broker_task (state, queue, priority, type, payload, attempts, max_attempts,"
+    " available_at, created_at, updated_at)"
+    " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts,"
+    " u.available_at, %(now)s, %(now)s"
+    " FROM unnest(%(state)s::varchar[], %(queue)s::varchar[], %(priority)s::smallint[],"
+    " %(type)s::varchar[], %(payload)s::text[], %(max_attempts)s::smallint[],"
+    " %(available_at)s::timestamptz[])"
+    " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, available_at, n)"
+    " ORDER BY u.n"
+    " RETURNING id, state, queue"
+    f"), counted AS ({_counted('new', {'enqueued': 'count(*)'})})"
+    f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"
+    "  WHERE state = 'ready' GROUP BY queue)"
+    " SELECT id, (SELECT count(*) FROM notified) FROM new ORDER BY id"
+)
+
 _CLAIM_COLUMNS = (
     "id", "payload", "attempts", "max_attempts", "queue", "priority", "type", "created_at",
     "available_at",

@@ -174,6 +174,29 @@ def _enqueue_pg(spec: NewTask) -> tuple[int, bool]:
     raise IntegrityError("idempotency key kept changing hands")
 
 
+def _enqueue_many_pg(specs: list[NewTask]) -> list[int]:
+    """enqueue_many() on PostgreSQL without keys: insert, count and NOTIFY in one statement."""
+    now = timezone.now()
+    rows = [_new_row(spec, now) for spec in specs]
+    params = {
+        "now": now,
+        "state": [r.state for r in rows],
+        "queue": [r.queue for r in rows],
+        "priority": [r.priority for r in rows],
+        "type": [r.type for r in rows],
+        "payload": [r.payload for r in rows],
+        "max_attempts": [r.max_attempts for r in rows],
+        "available_at": [r.available_at for r in rows],
+        "shard": random.randrange(COUNTER_SHARDS),  # noqa: S311
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(pgsql.ENQUEUE_MANY, params)
+        ids = [row[0] for row in cursor.fetchall()]
+    for state, n in Counter(r.state for r in rows).items():
+        observe.moved("new", state, count=n)
+    return ids
+
+
 def enqueue_many(specs: list[NewTask]) -> list[int]:
     """Store many tasks in one transaction, all or nothing; returns their ids in order.
 
@@ -181,6 +204,8 @@ def enqueue_many(specs: list[NewTask]) -> list[int]:
     task's id and creates nothing, as a single enqueue would.
     """
     keys = {spec.idempotency_key for spec in specs if spec.idempotency_key is not None}
+    if not keys and connection.vendor == "postgresql":
+        return _enqueue_many_pg(specs)
     for _ in range(3):
         try:
             with transaction.atomic():
