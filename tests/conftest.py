@@ -1,7 +1,9 @@
 """Shared fixtures: API client, task factory, database-kind markers."""
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,6 +33,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def api_client() -> APIClient:
     return APIClient()
+
+
+def post(client: Any, url: str, body: Any = None, **extra: Any) -> Any:
+    """POST `body` as JSON (no body when None); works with APIClient and django.test.Client."""
+    if body is None:
+        return client.post(url, **extra)
+    return client.post(url, json.dumps(body), content_type="application/json", **extra)
+
+
+@pytest.fixture
+def enqueue(api_client: APIClient) -> Callable[..., str]:
+    """enqueue(**body) → the new task's id (201 asserted); payload defaults to {"n": 1}."""
+
+    def make(**body: Any) -> str:
+        body.setdefault("payload", {"n": 1})
+        r = post(api_client, "/jobs", body)
+        assert r.status_code == 201, r.content
+        return r.json()["id"]
+
+    return make
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """API-test helpers: JSON posts, enqueue/claim shortcuts, and the invariant after every test."""
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -10,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tests.conftest import assert_invariant
+from tests.conftest import assert_invariant, post  # noqa: F401 -- post: shared with the tests here
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -34,26 +33,6 @@ def assert_ahead(text: str, before: datetime, after: datetime, low_ms: int, high
     # -1 ms: the API shows milliseconds, truncated.
     assert before + timedelta(milliseconds=low_ms - 1) <= at, (at, before)
     assert at <= after + timedelta(milliseconds=high_ms), (at, after)
-
-
-def post(client: APIClient, url: str, body: Any = None, **extra: Any) -> Any:
-    """POST `body` as JSON (no body when None)."""
-    if body is None:
-        return client.post(url, **extra)
-    return client.post(url, json.dumps(body), content_type="application/json", **extra)
-
-
-@pytest.fixture
-def enqueue(api_client: APIClient) -> Callable[..., str]:
-    """enqueue(**body) → the new task's id; payload defaults to {"n": 1}."""
-
-    def make(**body: Any) -> str:
-        body.setdefault("payload", {"n": 1})
-        r = post(api_client, "/jobs", body)
-        assert r.status_code == 201, r.content
-        return r.json()["id"]
-
-    return make
 
 
 @pytest.fixture

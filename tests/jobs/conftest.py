@@ -1,14 +1,13 @@
 """Helpers of the jobs-API tests: JSON posts, enqueue/claim/ack shortcuts, the invariant."""
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
-from tests.conftest import assert_invariant
+from tests.conftest import assert_invariant, post  # noqa: F401 -- post: shared with the tests here
 
 
 @pytest.fixture(autouse=True)
@@ -17,26 +16,6 @@ def _invariant_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]
     yield
     if request.node.get_closest_marker("django_db"):
         assert_invariant()
-
-
-def post(client: Any, url: str, body: Any = None, **extra: Any) -> Any:
-    """POST `body` as JSON (no body when None); works with APIClient and django.test.Client."""
-    if body is None:
-        return client.post(url, **extra)
-    return client.post(url, json.dumps(body), content_type="application/json", **extra)
-
-
-@pytest.fixture
-def enqueue(api_client: APIClient) -> Callable[..., str]:
-    """enqueue(**body) → the new task's id (201 asserted); payload defaults to {"n": 1}."""
-
-    def make(**body: Any) -> str:
-        body.setdefault("payload", {"n": 1})
-        r = post(api_client, "/jobs", body)
-        assert r.status_code == 201, r.content
-        return r.json()["id"]
-
-    return make
 
 
 @pytest.fixture
