@@ -18,23 +18,37 @@ COUNTER_TABLE = "broker_queuecounter"
 DELTA_TABLE = "broker_counterdelta"
 
 
+# Moved rows expose o (state before, NULL for a new task), n (state after) and, when timed, b:
+# the histogram bucket of the claim → settle duration. Short names: psycopg caches the parsing of
+# statements up to 4 KiB only, and the settle statement is near that.
+
+
 def _literal(state: str) -> str:
     return "'" + str(getattr(state, "value", state)) + "'"
 
 
 def _event_match(event: str) -> str:
-    """SQL true for a moved row (old_state, new_state) that is this event."""
+    """SQL true for a moved row (o, n) that is this event."""
     sources, target, _ = TRANSITIONS[event]
-    old = (
-        f"old_state IN ({', '.join(sorted(_literal(s) for s in sources))})"
-        if sources
-        else "old_state IS NULL"
-    )
-    return f"new_state = {_literal(target)} AND {old}"
+    if not sources:
+        old = "o IS NULL"
+    elif len(sources) == 1:
+        old = f"o = {_literal(next(iter(sources)))}"
+    else:
+        old = f"o IN ({', '.join(sorted(_literal(s) for s in sources))})"
+    return f"n = {_literal(target)} AND {old}"
+
+
+_BOUNDS = ",".join("Infinity" if b == float("inf") else repr(b) for b, _ in DURATION_BUCKETS)
+
+
+def bucket(duration: str) -> str:
+    """The index in DURATION_BUCKETS of the first bound >= `duration` (seconds)."""
+    return f"(SELECT count(*) FROM unnest('{{{_BOUNDS}}}'::float8[]) x WHERE x < {duration})"
 
 
 def delta_expressions(events: Sequence[str], *, timed: bool = False) -> dict[str, str]:
-    """Counter column → aggregate over moved rows (queue, old_state, new_state[, dur])."""
+    """Counter column → aggregate over moved rows (queue, o, n[, b, us])."""
     parts: dict[str, list[str]] = {}
     gauges: set[str] = set()
     for event in events:
@@ -44,19 +58,11 @@ def delta_expressions(events: Sequence[str], *, timed: bool = False) -> dict[str
         gauges |= {str(getattr(s, "value", s)) for s in (*sources, target)} & _GAUGES
     exprs = {column: " + ".join(terms) for column, terms in parts.items()}
     for gauge in sorted(gauges):
-        exprs[gauge] = (
-            f"count(*) FILTER (WHERE new_state = '{gauge}')"
-            f" - count(*) FILTER (WHERE old_state = '{gauge}')"
-        )
+        exprs[gauge] = f"count(*) FILTER (WHERE n = '{gauge}') - count(*) FILTER (WHERE o = '{gauge}')"
     if timed:
-        low = None
-        for bound, column in DURATION_BUCKETS:
-            cond = [] if low is None else [f"dur > {low!r}"]
-            if bound != float("inf"):
-                cond.append(f"dur <= {bound!r}")
-            exprs[column] = f"count(dur) FILTER (WHERE {' AND '.join(cond)})"
-            low = bound
-        exprs["dur_sum_us"] = "coalesce(sum(greatest((dur * 1000000)::bigint, 0)), 0)"
+        for i, (_, column) in enumerate(DURATION_BUCKETS):
+            exprs[column] = f"count(*) FILTER (WHERE b = {i})"
+        exprs["dur_sum_us"] = "coalesce(sum(us), 0)"
     return exprs
 
 
@@ -76,7 +82,7 @@ def counted(
             f"INSERT INTO {DELTA_TABLE} (queue, {columns}) "
             f"SELECT queue, {values} FROM {source} GROUP BY queue"
         )
-    updates = ", ".join(f"{c} = c.{c} + EXCLUDED.{c}" for c in exprs)
+    updates = ", ".join(f"{c} = c.{c} + excluded.{c}" for c in exprs)
     return (
         f"INSERT INTO {COUNTER_TABLE} AS c (queue, shard, {columns}) "
         f"SELECT queue, %(shard)s, {values} FROM {source} GROUP BY queue ORDER BY queue "
@@ -137,10 +143,9 @@ def _enqueue(deferred: bool) -> str:
         f" INSERT INTO broker_task ({', '.join(_NEW_COLUMNS)})"
         f" VALUES ({', '.join(f'%({c})s' for c in _NEW_COLUMNS)})"
         " ON CONFLICT (idempotency_key) DO NOTHING"
-        " RETURNING id, queue, NULL::text AS old_state, state AS new_state"
+        " RETURNING id, queue, NULL::text AS o, state AS n"
         f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
-        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':1') FROM new"
-        "  WHERE new_state = 'ready')"
+        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':1') FROM new WHERE n = 'ready')"
         " SELECT id, (SELECT count(*) FROM notified) FROM new"
     )
 
@@ -162,10 +167,10 @@ def _enqueue_many(deferred: bool) -> str:
         " %(available_at)s::timestamptz[])"
         " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, available_at,"
         " n) ORDER BY u.n"
-        " RETURNING id, queue, NULL::text AS old_state, state AS new_state"
+        " RETURNING id, queue, NULL::text AS o, state AS n"
         f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
         f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"
-        "  WHERE new_state = 'ready' GROUP BY queue)"
+        "  WHERE n = 'ready' GROUP BY queue)"
         " SELECT id, (SELECT count(*) FROM notified) FROM new ORDER BY id"
     )
 
@@ -192,7 +197,7 @@ def _claim(picked: str) -> str:
         " lease_id = %(lease_id)s, lease_deadline = %(deadline)s, claimed_at = %(now)s,"
         " worker = %(worker)s, updated_at = %(now)s"
         f" FROM picked WHERE t.id = picked.id RETURNING {returning},"
-        " 'ready'::text AS old_state, t.state AS new_state"
+        " 'ready'::text AS o, t.state AS n"
         f"), counted AS ({counted('claimed', ('claim',))})"
         f" SELECT {', '.join(CLAIM_COLUMNS)} FROM claimed ORDER BY {_CLAIM_ORDER}"
     )
@@ -236,7 +241,8 @@ SETTLE = (
     " SELECT DISTINCT ON (id, lease_id) * FROM items WHERE id IS NOT NULL"
     " ORDER BY id, lease_id, pos"
     "), picked AS ("
-    " SELECT t.id, t.attempts, t.max_attempts, t.claimed_at, w.pos, w.kind, w.body, w.jitter"
+    " SELECT t.id, t.attempts, t.max_attempts, t.claimed_at, w.pos, w.kind, w.body,"
+    f" {backoff('t.attempts', 'w.jitter')} AS wait"
     " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
     " WHERE t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
     "), moved AS ("
@@ -246,20 +252,20 @@ SETTLE = (
     " result = CASE WHEN p.kind = 'ack' THEN p.body ELSE t.result END,"
     " last_error = CASE WHEN p.kind = 'nack' THEN p.body ELSE t.last_error END,"
     " available_at = CASE WHEN p.kind = 'nack' AND p.attempts < p.max_attempts"
-    f"  THEN %(now)s + {backoff('p.attempts', 'p.jitter')} * interval '1 millisecond'"
+    "  THEN %(now)s + p.wait * interval '1 millisecond'"
     "  ELSE t.available_at END,"
     " lease_id = NULL, lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
     " FROM picked p WHERE t.id = p.id"
-    " RETURNING t.id, t.queue, t.attempts, p.pos, p.kind, p.body,"
-    " 'handed_out'::text AS old_state, t.state AS new_state,"
-    " extract(epoch FROM %(now)s - p.claimed_at) AS dur"
+    " RETURNING t.id, t.queue, t.attempts, p.pos, p.kind, p.body, 'handed_out'::text AS o,"
+    f" t.state AS n, {bucket('extract(epoch FROM %(now)s - p.claimed_at)')} AS b,"
+    " greatest((extract(epoch FROM %(now)s - p.claimed_at) * 1000000)::bigint, 0) AS us"
     "), errors AS ("
     " INSERT INTO broker_taskerror (task_id, attempt, at, error)"
     " SELECT id, attempts, %(now)s, body FROM moved WHERE kind = 'nack'"
     f"), counted AS ({counted('moved', ('ack', 'nack_retry', 'nack_bury'), timed=True)})"
     " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
     "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2 ELSE 1 END,"
-    " m.queue, m.attempts, m.new_state"
+    " m.queue, m.attempts, m.n"
     " FROM items i LEFT JOIN moved m ON m.pos = i.pos LEFT JOIN broker_task cur ON cur.id = i.id"
     " ORDER BY i.pos"
 )
