@@ -58,7 +58,8 @@ def delta_expressions(events: Sequence[str], *, timed: bool = False) -> dict[str
         gauges |= {str(getattr(s, "value", s)) for s in (*sources, target)} & _GAUGES
     exprs = {column: " + ".join(terms) for column, terms in parts.items()}
     for gauge in sorted(gauges):
-        exprs[gauge] = f"count(*) FILTER (WHERE n = '{gauge}') - count(*) FILTER (WHERE o = '{gauge}')"
+        into, out = f"n = '{gauge}'", f"o = '{gauge}'"
+        exprs[gauge] = f"count(*) FILTER (WHERE {into}) - count(*) FILTER (WHERE {out})"
     if timed:
         for i, (_, column) in enumerate(DURATION_BUCKETS):
             exprs[column] = f"count(*) FILTER (WHERE b = {i})"
