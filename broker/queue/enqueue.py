@@ -19,20 +19,32 @@ _READY = TRANSITIONS["enqueue"][1]
 _DELAYED = TRANSITIONS["enqueue_delayed"][1]
 
 
-def _new_row(spec: NewTask, now: datetime) -> Task:
+def _new_values(spec: NewTask, now: datetime) -> dict[str, Any]:
+    """A new task's columns (every concrete field but the id)."""
     delayed = spec.delay_ms > 0
-    return Task(
-        state=_DELAYED if delayed else _READY,
-        queue=spec.queue,
-        priority=spec.priority,
-        type=spec.type,
-        payload=spec.payload,
-        max_attempts=spec.max_attempts,
-        available_at=now + timedelta(milliseconds=spec.delay_ms) if delayed else now,
-        idempotency_key=spec.idempotency_key,
-        created_at=now,
-        updated_at=now,
-    )
+    return {
+        "state": _DELAYED if delayed else _READY,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "type": spec.type,
+        "payload": spec.payload,
+        "result": None,
+        "attempts": 0,
+        "max_attempts": spec.max_attempts,
+        "available_at": now + timedelta(milliseconds=spec.delay_ms) if delayed else now,
+        "lease_id": None,
+        "lease_deadline": None,
+        "claimed_at": None,
+        "worker": None,
+        "idempotency_key": spec.idempotency_key,
+        "last_error": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _new_row(spec: NewTask, now: datetime) -> Task:
+    return Task(**_new_values(spec, now))
 
 
 def enqueue(spec: NewTask) -> tuple[int, bool]:
@@ -78,8 +90,7 @@ def _holder_of(key: str | None) -> int | None:
 
 def _enqueue_pg(spec: NewTask, in_caller_transaction: bool) -> tuple[int, bool]:
     """enqueue() on PostgreSQL: insert, count and NOTIFY in one statement."""
-    row = _new_row(spec, current_time())
-    params: dict[str, Any] = {f.column: getattr(row, f.attname) for f in Task._meta.concrete_fields}
+    params = _new_values(spec, current_time())
     params["shard"] = shard()
     statement = sql.ENQUEUE_IN_CALLER_TRANSACTION if in_caller_transaction else sql.ENQUEUE
     with connection.cursor() as cursor:
@@ -87,7 +98,7 @@ def _enqueue_pg(spec: NewTask, in_caller_transaction: bool) -> tuple[int, bool]:
             cursor.execute(statement, params)
             got = cursor.fetchone()
             if got is not None:
-                observe.moved("new", row.state, task=got[0], queue=row.queue, attempts=0)
+                observe.moved("new", params["state"], task=got[0], queue=spec.queue, attempts=0)
                 return got[0], True
             # ON CONFLICT DO NOTHING: the key is kept by another task.
             existing = _holder_of(spec.idempotency_key)
