@@ -1,4 +1,4 @@
-"""Item 6: each sample type's handler does its work; the return value is the ack's result."""
+"""Each sample type's handler does its work; the return value is the ack's result."""
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,4 @@
-"""Item 6: the worker runs typed tasks with their type's handler, untyped ones to the log file,
+"""The worker runs typed tasks with their type's handler, untyped ones to the log file,
 and the broker keeps what came of it (result, or the error)."""
 from __future__ import annotations
 

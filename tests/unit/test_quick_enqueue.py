@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.api.parsing import EnqueueSerializer, new_task, quick_new_task
+from broker.validation import EnqueueSerializer, quick_new_task, task_from_attrs
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -37,7 +37,7 @@ def test_quick_new_task__agrees_with_the_serializer(body) -> None:
         return  # the serializer decides: nothing to compare
     serializer = EnqueueSerializer(data=body)
     assert serializer.is_valid(), serializer.errors
-    assert new_task(serializer.validated_data) == quick
+    assert task_from_attrs(serializer.validated_data) == quick
 
 
 @pytest.mark.parametrize(
