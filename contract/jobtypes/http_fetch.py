@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from contract.fields import PayloadSchema, StrictNumber, StrictString
 from contract.jobtypes import JobSpec
+from contract.netpolicy import literal_refusal
 
 MAX_TIMEOUT_SECONDS = 10.0
 MAX_URL = 2048
@@ -30,13 +31,20 @@ class FetchPayload(PayloadSchema):
             raise serializers.ValidationError("Must be an http:// or https:// URL.")
         if not parts.hostname or any(c.isspace() or ord(c) < 32 for c in value):
             raise serializers.ValidationError("Must be an http:// or https:// URL with a host.")
+        # A name is judged by the worker, on the addresses it resolves to when it fetches.
+        refused = literal_refusal(parts.hostname)
+        if refused:
+            raise serializers.ValidationError(refused)
         return value
 
 
 SPEC = JobSpec(
     name="http_fetch",
     schema=FetchPayload,
-    description=f"GETs url (http/https, timeout_seconds ≤ {MAX_TIMEOUT_SECONDS:g}); result: "
-    "response_status.",
+    description=(
+        f"GETs url (http/https, timeout_seconds ≤ {MAX_TIMEOUT_SECONDS:g}); result: "
+        "response_status. Loopback, private, link-local and reserved addresses are refused "
+        "unless BROKER_FETCH_ALLOWED_NETWORKS lists them."
+    ),
     sample=lambda broker_url: {"url": f"{broker_url.rstrip('/')}/healthz"},
 )

@@ -26,7 +26,7 @@ def refused(api_client, job_type: str, payload: Any) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("job_type", SAMPLE_TYPES)
 def test_enqueue__each_types_sample__201_typed(api_client, task, job_type: str) -> None:
-    payload = SPECS[job_type].sample("http://127.0.0.1:8080")
+    payload = SPECS[job_type].sample("http://broker.test:8080")
     r = post(api_client, "/jobs", {"type": job_type, "payload": payload})
     assert r.status_code == 201, r.content
     shown = task(r.json()["id"])
