@@ -184,14 +184,16 @@ def quick_new_task(data: Any) -> NewTask | None:
     )
 
 
-def _checked(body: Any, serializer: EnqueueSerializer) -> tuple[NewTask | None, dict[str, Any]]:
+def _checked(
+    body: Any, serializer: EnqueueSerializer | None = None
+) -> tuple[NewTask | None, dict[str, Any]]:
     """(the task, {}) or (None, {field: [messages]}): the fast path first, then the serializer."""
     quick = quick_new_task(body)
     if quick is not None:
         return quick, {}
     try:
         # run_validation, as a list serializer runs each item: a null body is "may not be null".
-        attrs = serializer.run_validation(body)
+        attrs = (serializer or EnqueueSerializer()).run_validation(body)
     except serializers.ValidationError as exc:
         return None, flatten(exc.detail)
     return task_from_attrs(attrs), {}
@@ -202,7 +204,7 @@ def new_task(body: Any) -> NewTask:
 
     Raises InvalidTaskError naming each bad field ("queue", "payload.url").
     """
-    task, problems = _checked(body, EnqueueSerializer())
+    task, problems = _checked(body)
     if task is None:
         raise InvalidTaskError(problems)
     return task
@@ -214,10 +216,15 @@ def new_tasks(bodies: list[Any], prefix: str) -> list[NewTask]:
     Raises InvalidTaskError naming each bad field of every bad body by index:
     "<prefix>.3.max_attempts".
     """
-    serializer = EnqueueSerializer()
     tasks: list[NewTask] = []
     problems: dict[str, list[str]] = {}
+    serializer: EnqueueSerializer | None = None  # made once, if any body needs it
     for index, body in enumerate(bodies):
+        quick = quick_new_task(body)
+        if quick is not None:
+            tasks.append(quick)
+            continue
+        serializer = serializer or EnqueueSerializer()
         task, item_problems = _checked(body, serializer)
         if task is None:
             problems.update({f"{prefix}.{index}.{k}": v for k, v in item_problems.items()})
