@@ -109,5 +109,9 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
 def markdown_table() -> str:
     """DOCUMENTED as the Markdown table docs/limits.md holds (a test keeps the two equal)."""
     rows = ["| limit | value | where |", "|---|---|---|"]
-    rows += [f"| `{name}` | {value} | {where} |" for name, value, where in DOCUMENTED]
+    # A "|" in a cell would end it, even inside backticks.
+    rows += [
+        f"| `{name}` | {str(value).replace('|', chr(92) + '|')} | {where} |"
+        for name, value, where in DOCUMENTED
+    ]
     return "\n".join(rows) + "\n"
