@@ -3,6 +3,7 @@
 A URL naming such an address literally is a 400 at enqueue; a name is judged by the worker on
 the addresses it resolves to, on the first request and on every redirect.
 """
+
 from __future__ import annotations
 
 import functools
@@ -284,17 +285,49 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A test CA (ca.pem) and a server certificate it signed for "localhost" only (leaf.*)."""
     where = tmp_path_factory.mktemp("tls")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=broker test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign", cwd=where)
-    openssl("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=localhost",
-            cwd=where)
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=broker test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+        cwd=where,
+    )
+    openssl(
+        "req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=localhost", cwd=where
+    )
     (where / "ext.cnf").write_text(
         "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
         "extendedKeyUsage=serverAuth\nauthorityKeyIdentifier=keyid\nsubjectKeyIdentifier=hash\n"
     )
-    openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "ext.cnf", cwd=where)
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        cwd=where,
+    )
     return where
 
 

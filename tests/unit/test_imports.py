@@ -1,4 +1,5 @@
 """Two houses, one contract: broker/ and workers/ never import each other; contract/ neither."""
+
 from __future__ import annotations
 
 import ast

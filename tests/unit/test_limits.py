@@ -1,4 +1,5 @@
 """contract/: limits as documented, task ids, queue names, error flattening, the fetch policy."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -28,8 +29,19 @@ def test_priorities__the_brokers_in_claim_order() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [("0", 0), ("7", 7), ("9" * 18, int("9" * 18)), ("9" * 19, None), ("07", None),
-     ("-1", None), ("1\n", None), ("\u0663", None), ("", None), (7, None), (None, None)],
+    [
+        ("0", 0),
+        ("7", 7),
+        ("9" * 18, int("9" * 18)),
+        ("9" * 19, None),
+        ("07", None),
+        ("-1", None),
+        ("1\n", None),
+        ("\u0663", None),
+        ("", None),
+        (7, None),
+        (None, None),
+    ],
 )
 def test_parse_task_id__canonical_decimals_only(raw: object, expected: int | None) -> None:
     assert limits.parse_task_id(raw) == expected
@@ -37,8 +49,16 @@ def test_parse_task_id__canonical_decimals_only(raw: object, expected: int | Non
 
 @pytest.mark.parametrize(
     ("name", "ok"),
-    [("a", True), ("a.b-c_9", True), ("q" * 64, True), ("q" * 65, False), ("", False),
-     ("a\n", False), ("a b", False), ("é", False)],
+    [
+        ("a", True),
+        ("a.b-c_9", True),
+        ("q" * 64, True),
+        ("q" * 65, False),
+        ("", False),
+        ("a\n", False),
+        ("a b", False),
+        ("é", False),
+    ],
 )
 def test_queue_re__fullmatch_is_the_rule(name: str, ok: bool) -> None:
     assert bool(limits.QUEUE_RE.fullmatch(name)) is ok
@@ -69,13 +89,23 @@ def test_flatten__nested_detail__dotted_names_whole_object_named_by_caller() -> 
 @pytest.mark.parametrize(
     ("address", "kind"),
     [
-        ("127.0.0.1", "a loopback"), ("::1", "a loopback"), ("::ffff:127.0.0.1", "a loopback"),
-        ("2002:7f00:1::", "a loopback"), ("0.0.0.0", "an unspecified"),  # noqa: S104
+        ("127.0.0.1", "a loopback"),
+        ("::1", "a loopback"),
+        ("::ffff:127.0.0.1", "a loopback"),
+        ("2002:7f00:1::", "a loopback"),
+        ("0.0.0.0", "an unspecified"),  # noqa: S104
         ("::", "an unspecified"),
-        ("169.254.169.254", "a link-local"), ("fe80::1", "a link-local"),
-        ("10.0.0.1", "a private"), ("fd00::1", "a private"), ("224.0.0.1", "a multicast"),
-        ("ff02::1", "a multicast"), ("::7f00:1", "a reserved"), ("100.64.0.1", "a non-public"),
-        ("8.8.8.8", None), ("2606:4700::1111", None), ("::ffff:8.8.8.8", None),
+        ("169.254.169.254", "a link-local"),
+        ("fe80::1", "a link-local"),
+        ("10.0.0.1", "a private"),
+        ("fd00::1", "a private"),
+        ("224.0.0.1", "a multicast"),
+        ("ff02::1", "a multicast"),
+        ("::7f00:1", "a reserved"),
+        ("100.64.0.1", "a non-public"),
+        ("8.8.8.8", None),
+        ("2606:4700::1111", None),
+        ("::ffff:8.8.8.8", None),
     ],
 )
 def test_refusal__by_kind_of_address(address: str, kind: str | None) -> None:
@@ -97,9 +127,16 @@ def test_refusal__allowed_network__passes_in_either_form() -> None:
 
 @pytest.mark.parametrize(
     ("host", "address"),
-    [("127.0.0.1", "127.0.0.1"), ("::1", "::1"), ("127.1", "127.0.0.1"),
-     ("2130706433", "127.0.0.1"), ("0x7f.1", "127.0.0.1"), ("localhost", None),
-     ("example.com", None), ("bücher.de", None)],
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("::1", "::1"),
+        ("127.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("0x7f.1", "127.0.0.1"),
+        ("localhost", None),
+        ("example.com", None),
+        ("bücher.de", None),
+    ],
 )
 def test_literal_address__what_the_resolver_would_read_as_an_address(
     host: str, address: str | None
