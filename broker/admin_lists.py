@@ -139,16 +139,16 @@ class QueueFilter(admin.SimpleListFilter):
 
 
 class TypeFilter(admin.SimpleListFilter):
-    """Job types come from the registry (the API accepts no other), not from the table."""
+    """Job types come from the contract's registry (the API accepts no other), not the table."""
 
     title = "type"
     parameter_name = "type"
     UNTYPED = "-"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from workers.jobtypes import REGISTRY
+        from contract.jobtypes import SPECS
 
-        return [(self.UNTYPED, "(no type)"), *((name, name) for name in sorted(REGISTRY))]
+        return [(self.UNTYPED, "(no type)"), *((name, name) for name in sorted(SPECS))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == self.UNTYPED:

@@ -7,26 +7,30 @@ tables.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
+from broker.exceptions import InvalidTaskError
+from contract.limits import (
+    DEFAULT_DELAY_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    MAX_DELAY_DAYS,
+    MAX_JSON_DEPTH,
+    nests_at_most,
+)
 
-class InvalidTaskError(ValueError):
-    """An enqueue the HTTP API would answer with a 400; `fields` names each bad argument."""
-
-    def __init__(self, fields: dict[str, list[str]]) -> None:
-        self.fields = fields
-        detail = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in fields.items())
-        super().__init__(f"invalid task: {detail}")
+__all__ = ["InvalidTaskError", "enqueue"]
 
 
 def enqueue(
     payload: Any,
     *,
-    queue: str = "default",
-    priority: str = "normal",
-    max_attempts: int = 3,
-    delay_ms: int = 0,
+    queue: str = DEFAULT_QUEUE,
+    priority: str = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    delay_ms: int = DEFAULT_DELAY_MS,
     run_after: datetime | None = None,
     type: str | None = None,
     idempotency_key: str | None = None,
@@ -56,7 +60,7 @@ def enqueue(
     except InvalidTaskError as exc:
         if run_after is not None and "delay_ms" in exc.fields:
             # The limit is the API's delay_ms limit, but the caller gave run_after.
-            exc.fields["run_after"] = ["Must be at most 7 days ahead."]
+            exc.fields["run_after"] = [f"Must be at most {MAX_DELAY_DAYS} days ahead."]
             del exc.fields["delay_ms"]
             raise InvalidTaskError(exc.fields) from None
         raise
@@ -69,42 +73,27 @@ def _delay_ms(delay_ms: Any, run_after: datetime | None) -> Any:
         return delay_ms
     from django.utils import timezone
 
+    from broker.validation import delay_ms_until
+
     if delay_ms:
         raise InvalidTaskError({"run_after": ["Give run_after or delay_ms, not both."]})
     if not isinstance(run_after, datetime) or timezone.is_naive(run_after):
         raise InvalidTaskError({"run_after": ["Must be an aware datetime."]})
-    # Round up: the task must not become ready before the time asked for.
-    micros = (run_after - timezone.now()) // timedelta(microseconds=1)
-    return max(0, -(-micros // 1000))
+    return delay_ms_until(run_after)
 
 
 def _validated(payload: Any, options: dict[str, Any]) -> Any:
-    """The API's own serializer decides, so the rules cannot drift apart."""
+    """The payload as a POST /jobs body would carry it, then the API's own validator."""
     from django.conf import settings
 
-    from broker.api.parsing import MAX_JSON_DEPTH, EnqueueSerializer, _nests_at_most, new_task
+    from broker import validation
 
-    try:
-        text = json.dumps(payload, allow_nan=False, ensure_ascii=True, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidTaskError({"payload": [f"Not JSON: {exc}"]}) from exc
+    text = validation.json_text(payload)
     # What a POST /jobs body could carry: the parsed text, as the API would have parsed it.
     value = json.loads(text)
-    if not _nests_at_most(value, MAX_JSON_DEPTH):
+    if not nests_at_most(value, MAX_JSON_DEPTH):
         raise InvalidTaskError({"payload": [f"Nests more than {MAX_JSON_DEPTH} deep."]})
     if len(text) > settings.BROKER_MAX_BODY_BYTES:
         limit = settings.BROKER_MAX_BODY_BYTES
         raise InvalidTaskError({"payload": [f"Longer than {limit} bytes as JSON."]})
-    serializer = EnqueueSerializer(data={"payload": value, **options})
-    if not serializer.is_valid():
-        raise InvalidTaskError(
-            {name: [str(m) for m in _messages(msgs)] for name, msgs in serializer.errors.items()}
-        )
-    return new_task(serializer.validated_data)
-
-
-def _messages(detail: Any) -> list[Any]:
-    if isinstance(detail, dict):
-        return [m for msgs in detail.values() for m in _messages(msgs)]
-    return list(detail) if isinstance(detail, list) else [detail]
-
+    return validation.new_task({"payload": value, **options})

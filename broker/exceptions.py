@@ -45,3 +45,19 @@ class DatabaseUnavailable(BrokerError):
     """The database cannot be reached; try again shortly."""
 
     status_code = 503
+
+
+class InvalidTaskError(BrokerError, ValueError):
+    """An enqueue the HTTP API would answer with a 400; `fields` names each bad argument.
+
+    Raised by broker.validation for every way in: POST /jobs and /jobs/batch (a 400 with these
+    fields), broker.enqueue() and the django.tasks backend.
+    """
+
+    status_code = 400
+
+    def __init__(self, fields: dict[str, list[str]]) -> None:
+        """fields maps each bad field (dotted: "payload.url", "jobs.3.queue") to its messages."""
+        self.fields = fields
+        detail = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in fields.items())
+        super().__init__(f"invalid task: {detail}")

@@ -13,16 +13,12 @@ traceback. get_result() reads the task row back.
 """
 from __future__ import annotations
 
-import fnmatch
 import json
-import re
 import sys
-import traceback
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.core import checks
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -35,20 +31,22 @@ from django_tasks.signals import task_enqueued
 from django_tasks.utils import get_module_path, normalize_json
 from typing_extensions import ParamSpec
 
+from contract import djtasks
+from contract.djtasks import TaskNotAllowedError, is_allowed
+from contract.limits import MAX_DELAY_DAYS, MAX_DELAY_MS, QUEUE_RE, QUEUE_RULE, parse_task_id
+
+# TaskNotAllowedError is re-exported: results name the class by this module's path.
+__all__ = [
+    "BACKEND_PATH", "JOB_TYPE", "BrokerBackend", "BrokerTaskError", "TaskCancelledError",
+    "TaskNotAllowedError", "broker_priority", "is_allowed", "task_error",
+]
+
 T = TypeVar("T")
 P = ParamSpec("P")
 
-JOB_TYPE = "django_task"
-BACKEND_PATH = f"{__name__}.BrokerBackend"
-# The broker's own queue-name rule (broker.api.parsing.QUEUE_PATTERN).
-_QUEUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-MAX_DELAY = timedelta(days=7)
-# A nack's error is the traceback; keep its end (the raise site) within a modest request body.
-MAX_TRACEBACK_CHARS = 32_000
-
-
-class TaskNotAllowedError(Exception):
-    """The task's path is not in this worker's allow-list, or is not a @task function."""
+JOB_TYPE = djtasks.JOB_TYPE
+BACKEND_PATH = djtasks.BACKEND_PATH
+MAX_DELAY = timedelta(milliseconds=MAX_DELAY_MS)
 
 
 class TaskCancelledError(Exception):
@@ -66,59 +64,11 @@ def broker_priority(priority: int) -> str:
     return "normal" if priority == 0 else "low"
 
 
-# -- the allow-list ---------------------------------------------------------------------------
-
-
-def allowed_patterns() -> list[str]:
-    """BROKER_TASKS_ALLOWED if set, else every BrokerBackend's OPTIONS["ALLOWED_TASKS"]."""
-    explicit = list(getattr(settings, "BROKER_TASKS_ALLOWED", None) or [])
-    if explicit:
-        return explicit
-    patterns: list[str] = []
-    for params in (getattr(settings, "TASKS", None) or {}).values():
-        if params.get("BACKEND") == BACKEND_PATH:
-            patterns.extend(params.get("OPTIONS", {}).get("ALLOWED_TASKS", []))
-    return patterns
-
-
-def is_allowed(path: str) -> bool:
-    """Whether `path` matches an allow-list pattern (fnmatch: "myapp.tasks.*", or exact)."""
-    return any(fnmatch.fnmatchcase(path, pattern) for pattern in allowed_patterns())
-
-
-def load_task(path: str) -> Task:
-    """The @task object at `path`; TaskNotAllowedError unless allowed and really a Task."""
-    if not is_allowed(path):
-        raise TaskNotAllowedError(
-            f"{path} is not in this worker's allow-list (BROKER_TASKS_ALLOWED or the TASKS "
-            "backend's OPTIONS['ALLOWED_TASKS']); a retry fails the same way unless a worker "
-            "that allows it claims the task"
-        )
-    found = import_string(path)
-    if not isinstance(found, Task):
-        raise TaskNotAllowedError(f"{path} is not a @task function")
-    return found
-
-
-# -- errors as nack text ----------------------------------------------------------------------
-
-
-def error_text(exc: BaseException) -> str:
-    """A nack's error: the exception's class path on the first line, then its traceback."""
-    text = "".join(traceback.format_exception(exc))
-    if len(text) > MAX_TRACEBACK_CHARS:
-        text = "...\n" + text[-MAX_TRACEBACK_CHARS:]
-    return f"{get_module_path(type(exc))}\n{text}"
-
-
-_ERROR_HEAD = re.compile(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*")
-
-
 def task_error(text: str) -> TaskError:
     """A stored error → the framework's TaskError; broker-made errors get BrokerTaskError."""
-    head, _, rest = text.partition("\n")
-    if _ERROR_HEAD.fullmatch(head) and rest:
-        return TaskError(exception_class_path=head, traceback=rest)
+    written = djtasks.split_error(text)
+    if written is not None:
+        return TaskError(exception_class_path=written[0], traceback=written[1])
     return TaskError(exception_class_path=get_module_path(BrokerTaskError), traceback=text)
 
 
@@ -147,11 +97,10 @@ class BrokerBackend(BaseTaskBackend):
         if task.takes_context:
             # runworker hands a job type only the payload: no task id or attempt to give.
             raise InvalidTaskError("BrokerBackend does not support takes_context.")
-        if not _QUEUE_RE.fullmatch(task.queue_name):
-            raise InvalidTaskError(f"queue_name must match [A-Za-z0-9_.-]{{1,64}}: "
-                                   f"{task.queue_name!r}")
+        if not QUEUE_RE.fullmatch(task.queue_name):
+            raise InvalidTaskError(f"queue_name must match {QUEUE_RULE}: {task.queue_name!r}")
         if task.run_after is not None and task.run_after - timezone.now() > MAX_DELAY:
-            raise InvalidTaskError("run_after must be at most 7 days ahead.")
+            raise InvalidTaskError(f"run_after must be at most {MAX_DELAY_DAYS} days ahead.")
 
     def enqueue(
         self,
@@ -160,9 +109,8 @@ class BrokerBackend(BaseTaskBackend):
         kwargs: P.kwargs,  # type: ignore[valid-type]
     ) -> TaskResult[T]:
         """Store the task in the current transaction (see broker.enqueue); READY or delayed."""
-        from broker import queue
-        from broker.queue import NewTask
-        from broker.states import PRIORITY_BY_NAME
+        from broker import queue, validation
+        from broker.exceptions import InvalidTaskError as InvalidBody
 
         self.validate_task(task)
         args, kwargs = normalize_json(args), normalize_json(kwargs)
@@ -172,22 +120,22 @@ class BrokerBackend(BaseTaskBackend):
             "run_after": task.run_after.isoformat() if task.run_after else None,
         }
         try:
-            text = json.dumps(payload, allow_nan=False, ensure_ascii=True, separators=(",", ":"))
-        except ValueError as exc:
-            raise InvalidTaskError(f"args and kwargs must be JSON: {exc}") from exc
-        delay_ms = 0
-        if task.run_after is not None:
-            # Rounded up: the task must not become ready before run_after.
-            micros = (task.run_after - timezone.now()) // timedelta(microseconds=1)
-            delay_ms = max(0, -(-micros // 1000))
-        pk, _ = queue.enqueue(NewTask(
-            payload=text,
-            max_attempts=int(self.options.get("MAX_ATTEMPTS", 1)),
-            delay_ms=delay_ms,
-            queue=task.queue_name,
-            priority=PRIORITY_BY_NAME[broker_priority(task.priority)],
-            type=JOB_TYPE,
-        ))
+            validation.json_text(payload)  # NaN and the like: refused here, by name
+        except InvalidBody as exc:
+            raise InvalidTaskError(f"args and kwargs must be JSON: {exc.__cause__}") from exc
+        body = {
+            "payload": payload,
+            "max_attempts": int(self.options.get("MAX_ATTEMPTS", 1)),
+            "delay_ms": validation.delay_ms_until(task.run_after) if task.run_after else 0,
+            "queue": task.queue_name,
+            "priority": broker_priority(task.priority),
+            "type": JOB_TYPE,
+        }
+        try:
+            spec = validation.new_task(body)
+        except InvalidBody as exc:
+            raise InvalidTaskError(str(exc)) from exc
+        pk, _ = queue.enqueue(spec)
         result: TaskResult[T] = TaskResult(
             task=task, id=str(pk), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
             started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
@@ -200,7 +148,7 @@ class BrokerBackend(BaseTaskBackend):
         """The task as stored now; TaskResultDoesNotExist for an id that is not a django_task."""
         from broker.models import Task as Row
 
-        pk = int(result_id) if str(result_id).isdigit() and len(str(result_id)) < 19 else None
+        pk = parse_task_id(str(result_id))
         row = Row.objects.filter(pk=pk, type=JOB_TYPE).first() if pk is not None else None
         if row is None:
             raise TaskResultDoesNotExist(result_id)
@@ -254,9 +202,9 @@ class BrokerBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         for name in sorted(self.queues):
-            if not _QUEUE_RE.fullmatch(name):
+            if not QUEUE_RE.fullmatch(name):
                 yield checks.Error(
                     f"TASKS[{self.alias!r}] QUEUES: {name!r} is not a broker queue name",
-                    hint="Queue names match [A-Za-z0-9_.-]{1,64}.",
+                    hint=f"Queue names match {QUEUE_RULE}.",
                     id="broker.E001",
                 )

@@ -1,4 +1,5 @@
 """Settings: the only module that reads the environment (django-environ)."""
+import ipaddress
 import re
 import warnings
 from datetime import timedelta
@@ -222,6 +223,13 @@ TASKS = {
 # Dotted paths (fnmatch patterns, "myapp.tasks.*") of @task functions runworker may run.
 # When set, it replaces the TASKS backends' OPTIONS["ALLOWED_TASKS"]; with neither, none.
 BROKER_TASKS_ALLOWED = env.list("BROKER_TASKS_ALLOWED", default=[])
+# Networks (CIDR) the http_fetch job type may reach although they are loopback, private,
+# link-local or reserved (contract/netpolicy.py); empty refuses them all. Parsed here, so a typo
+# stops the process at start instead of failing enqueues.
+BROKER_FETCH_ALLOWED_NETWORKS = [
+    str(ipaddress.ip_network(n.strip(), strict=False))
+    for n in env.list("BROKER_FETCH_ALLOWED_NETWORKS", default=[]) if n.strip()
+]
 
 LOGGING = {
     "version": 1,

@@ -6,15 +6,14 @@ from typing import Any
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from broker import queue
+from broker import queue, validation
 from broker.api import parsing, settling
 from broker.api.base import BrokerView
-from broker.api.errors import ValidationFailed, flatten
+from broker.api.errors import ValidationFailed
 from broker.api.representation import delivery
 from broker.api.views import worker_identity
 from broker.longpoll import claim_wait, socket_gone
-
-MAX_BATCH = settling.MAX_BATCH
+from contract.limits import MAX_BATCH
 
 
 def _items(body: dict[str, Any], key: str) -> list[Any]:
@@ -30,22 +29,7 @@ class EnqueueBatchView(BrokerView):
 
     def post(self, request: Request) -> Response:
         items = _items(parsing.read_object(request), "jobs")
-        quick = [parsing.quick_new_task(item) for item in items]
-        if None not in quick:
-            ids = queue.enqueue_many(quick)
-            return Response({"ids": [str(pk) for pk in ids]}, status=201)
-        serializer = parsing.EnqueueSerializer(data=items, many=True)
-        if not serializer.is_valid():
-            errors = serializer.errors
-            # DRF gives a list with one entry per item, or (newer) a dict of the bad ones.
-            per_item = errors.items() if isinstance(errors, dict) else enumerate(errors)
-            fields = {
-                f"jobs.{i}.{name}": msgs
-                for i, errs in per_item
-                for name, msgs in flatten(errs).items()
-            }
-            raise ValidationFailed(fields)
-        ids = queue.enqueue_many([parsing.new_task(a) for a in serializer.validated_data])
+        ids = queue.enqueue_many(validation.new_tasks(items, "jobs"))
         return Response({"ids": [str(pk) for pk in ids]}, status=201)
 
 

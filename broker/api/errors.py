@@ -10,7 +10,12 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from broker.exceptions import BrokerError
+from broker.exceptions import BrokerError, InvalidTaskError
+from contract.errors import flatten
+
+__all__ = [
+    "UNAVAILABLE", "ValidationFailed", "error_body", "exception_handler", "flatten", "json_error",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +38,6 @@ def _summary(fields: dict[str, list[str]]) -> str:
     return f"Invalid {name}: {messages[0]}{more}"
 
 
-def flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
-    """DRF's nested error detail → {"jobs.3.max_attempts": ["..."]}."""
-    if isinstance(detail, dict):
-        out: dict[str, list[str]] = {}
-        for key, value in detail.items():
-            name = "body" if key == "non_field_errors" and not prefix else str(key)
-            out.update(flatten(value, f"{prefix}{name}" if not prefix else f"{prefix}.{name}"))
-        return out
-    if isinstance(detail, list):
-        if detail and all(isinstance(d, (dict, list)) for d in detail):
-            out = {}
-            for i, item in enumerate(detail):
-                out.update(flatten(item, f"{prefix}.{i}" if prefix else str(i)))
-            return out
-        return {prefix or "body": [str(d) for d in detail]}
-    return {prefix or "body": [str(detail)]}
-
-
 def error_body(message: str, fields: dict[str, list[str]] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"error": message}
     if fields:
@@ -63,6 +50,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     headers: dict[str, str] = {}
     if isinstance(exc, ValidationFailed):
         return Response(error_body(exc.message, exc.fields), status=400)
+    if isinstance(exc, InvalidTaskError):
+        return Response(error_body(_summary(exc.fields), exc.fields), status=400)
     if isinstance(exc, BrokerError):
         return Response(error_body(exc.message), status=exc.status_code)
     if isinstance(exc, DatabaseError):

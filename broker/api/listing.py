@@ -14,9 +14,8 @@ from broker.api.representation import listed_task
 from broker.exceptions import TaskNotFound
 from broker.models import Task, TaskError
 from broker.states import State
-
-MAX_LIMIT = 500
-DEFAULT_LIMIT = 50
+from contract.limits import DEFAULT_PAGE_SIZE as DEFAULT_LIMIT
+from contract.limits import MAX_PAGE_SIZE as MAX_LIMIT
 
 
 def _with_errors(tasks: list[Task]) -> list[dict[str, Any]]:

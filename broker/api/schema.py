@@ -21,7 +21,17 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 
-from broker.api.schema_components import COMPONENTS, TASK_ID_PATTERN, Schema, ref
+from broker.api.schema_components import COMPONENTS, Schema, ref
+from contract.limits import (
+    DEFAULT_LEASE_MS,
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_WAIT_MS,
+    MAX_LEASE_MS,
+    MAX_PAGE_SIZE,
+    MAX_WAIT_MS,
+    MIN_LEASE_MS,
+    TASK_ID_PATTERN,
+)
 
 OPEN_OPERATIONS = {"health"}
 TAG_ORDER = ("jobs", "batch", "dead-letter queue", "observability")
@@ -58,12 +68,13 @@ TASK_ID = {
 }
 LEASE_ID = _query("lease_id", {"type": "string"}, "The lease; or `lease_id` in the body.")
 WAIT_MS = _query(
-    "wait_ms", {"type": "integer", "minimum": 0, "default": 20000},
-    "How long to wait for a task; above 30000 counts as 30000; 0 answers at once.",
+    "wait_ms", {"type": "integer", "minimum": 0, "default": DEFAULT_WAIT_MS},
+    f"How long to wait for a task; above {MAX_WAIT_MS} counts as {MAX_WAIT_MS}; 0 answers at "
+    "once.",
 )
 LEASE_MS = _query(
-    "lease_ms", {"type": "integer", "minimum": 1, "default": 30000},
-    "Lease length; above 300000 counts as 300000.",
+    "lease_ms", {"type": "integer", "minimum": MIN_LEASE_MS, "default": DEFAULT_LEASE_MS},
+    f"Lease length; above {MAX_LEASE_MS} counts as {MAX_LEASE_MS}.",
 )
 CLAIM_QUEUES = _query(
     "queue", {"type": "array", "items": ref("QueueName")},
@@ -71,8 +82,8 @@ CLAIM_QUEUES = _query(
     style="form", explode=False,
 )
 LIMIT = _query(
-    "limit", {"type": "integer", "minimum": 1, "default": 50},
-    "Page size; above 500 counts as 500.",
+    "limit", {"type": "integer", "minimum": 1, "default": DEFAULT_PAGE_SIZE},
+    f"Page size; above {MAX_PAGE_SIZE} counts as {MAX_PAGE_SIZE}.",
 )
 CURSOR = _query(
     "cursor", {"type": "string", "pattern": TASK_ID_PATTERN},

@@ -7,15 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.api.parsing import MAX_DELAY_MS
 from broker.states import COUNTERS, GAUGE_STATES, PRIORITY_BY_NAME, State
+from contract import limits
 
 Schema = dict[str, Any]
-
-QUEUE_NAME_PATTERN = "^[A-Za-z0-9_.-]{1,64}$"
-TASK_ID_PATTERN = "^(0|[1-9][0-9]{0,17})$"
-MAX_BATCH = 1000
-MAX_CLAIM = 100
 
 
 def ref(name: str) -> Schema:
@@ -42,7 +37,9 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
     "id": {"type": "string", "description": "Opaque task id."},
     "payload": ANY_JSON,
     "attempts": {**_COUNT, "description": "Deliveries so far, this one included."},
-    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+    "max_attempts": {
+        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "maximum": limits.MAX_ATTEMPTS
+    },
     "queue": {"type": "string"},
     "priority": ref("Priority"),
     "type": _TEXT_OR_NULL,
@@ -63,20 +60,26 @@ _LISTED_TASK_FIELDS: dict[str, Schema] = {
 
 _ENQUEUE_FIELDS: dict[str, Schema] = {
     "payload": {**ANY_JSON, "description": "Required (the key must be present); any JSON."},
-    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3},
-    "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS, "default": 0},
+    "max_attempts": {
+        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "maximum": limits.MAX_ATTEMPTS,
+        "default": limits.DEFAULT_MAX_ATTEMPTS,
+    },
+    "delay_ms": {
+        "type": "integer", "minimum": 0, "maximum": limits.MAX_DELAY_MS,
+        "default": limits.DEFAULT_DELAY_MS,
+    },
     "queue": {**ref("QueueName")},
     "priority": ref("Priority"),
     "type": {
         "type": "string",
         "nullable": True,
-        "maxLength": 64,
+        "maxLength": limits.MAX_TYPE_NAME,
         "description": "A registered job type whose payload is validated; unknown types are a 400.",
     },
     "idempotency_key": {
         "type": "string",
         "nullable": True,
-        "maxLength": 255,
+        "maxLength": limits.MAX_IDEMPOTENCY_KEY,
         "description": "A repeat with a key still kept answers 200 with the first task's id.",
     },
 }
@@ -106,9 +109,9 @@ COMPONENTS: dict[str, Schema] = {
     "State": {"type": "string", "enum": list(State.values)},
     "QueueName": {
         "type": "string",
-        "pattern": QUEUE_NAME_PATTERN,
+        "pattern": limits.QUEUE_PATTERN,
         "minLength": 1,
-        "maxLength": 64,
+        "maxLength": limits.MAX_QUEUE_NAME,
     },
     "AttemptError": _object(
         {"attempt": {"type": "integer"}, "at": _TIME, "error": {"type": "string"}},
@@ -137,7 +140,10 @@ COMPONENTS: dict[str, Schema] = {
         {"lease_id": {"type": "string"}, "error": _TEXT_OR_NULL}, [], closed=True
     ),
     "ExtendRequest": _object(
-        {"lease_id": {"type": "string"}, "lease_ms": {"type": "integer", "minimum": 1}},
+        {
+            "lease_id": {"type": "string"},
+            "lease_ms": {"type": "integer", "minimum": limits.MIN_LEASE_MS},
+        },
         [],
         closed=True,
     ),
@@ -159,7 +165,7 @@ COMPONENTS: dict[str, Schema] = {
                 "type": "array",
                 "items": ref("EnqueueRequest"),
                 "minItems": 1,
-                "maxItems": MAX_BATCH,
+                "maxItems": limits.MAX_BATCH,
             }
         },
         ["jobs"],
@@ -170,9 +176,15 @@ COMPONENTS: dict[str, Schema] = {
     ),
     "ClaimRequest": _object(
         {
-            "max": {"type": "integer", "minimum": 1, "maximum": MAX_CLAIM, "default": 1},
-            "wait_ms": {"type": "integer", "minimum": 0, "default": 20000},
-            "lease_ms": {"type": "integer", "minimum": 1, "default": 30000},
+            "max": {
+                "type": "integer", "minimum": 1, "maximum": limits.MAX_CLAIM,
+                "default": limits.DEFAULT_CLAIM,
+            },
+            "wait_ms": {"type": "integer", "minimum": 0, "default": limits.DEFAULT_WAIT_MS},
+            "lease_ms": {
+                "type": "integer", "minimum": limits.MIN_LEASE_MS,
+                "default": limits.DEFAULT_LEASE_MS,
+            },
             "queues": {"type": "array", "items": ref("QueueName")},
         },
         [],
@@ -187,7 +199,7 @@ COMPONENTS: dict[str, Schema] = {
             "acks": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": MAX_BATCH,
+                "maxItems": limits.MAX_BATCH,
                 "items": {"description": "{id, lease_id, result}; a bad item gets its own 400."},
             }
         },
@@ -199,7 +211,7 @@ COMPONENTS: dict[str, Schema] = {
             "nacks": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": MAX_BATCH,
+                "maxItems": limits.MAX_BATCH,
                 "items": {"description": "{id, lease_id, error}; a bad item gets its own 400."},
             }
         },

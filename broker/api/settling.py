@@ -5,12 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.api import parsing
 from broker.api.errors import ValidationFailed
 from broker.queue import Outcome, Settle
+from contract.limits import (
+    DEFAULT_CLAIM,
+    DEFAULT_LEASE_MS,
+    DEFAULT_WAIT_MS,
+    MAX_BATCH,
+    MAX_CLAIM,
+    MAX_LEASE_MS,
+    MAX_WAIT_MS,
+    MIN_LEASE_MS,
+    QUEUE_MESSAGE,
+    QUEUE_RE,
+    parse_task_id,
+)
 
-MAX_BATCH = 1000
-MAX_CLAIM = 100
 EXTRA = {"acks": "result", "nacks": "error"}
 _CLAIM_FIELDS = frozenset({"max", "wait_ms", "lease_ms", "queues", "acks", "nacks"})
 
@@ -32,7 +42,7 @@ def problems(item: Any, key: str) -> dict[str, list[str]]:
 
 def _parsed(item: dict[str, Any], key: str) -> Settle:
     # An id that cannot be one of ours is a well-formed item for no task held: a 404.
-    return parsing.task_id(item["id"]), item["lease_id"], item.get(EXTRA[key])
+    return parse_task_id(item["id"]), item["lease_id"], item.get(EXTRA[key])
 
 
 def item(raw: Any, key: str) -> Settle | dict[str, Any]:
@@ -61,9 +71,9 @@ def results(ids: list[str], outcomes: list[Any]) -> list[dict[str, Any]]:
 class ClaimArgs:
     """POST /jobs/claim's body, checked, with the caps applied."""
 
-    max: int = 1
-    wait_ms: int = parsing.DEFAULT_WAIT_MS
-    lease_ms: int = parsing.DEFAULT_LEASE_MS
+    max: int = DEFAULT_CLAIM
+    wait_ms: int = DEFAULT_WAIT_MS
+    lease_ms: int = DEFAULT_LEASE_MS
     queues: list[str] | None = None
     settles: bool = False
     acks: list[Settle] = field(default_factory=list)
@@ -85,19 +95,19 @@ def claim_args(body: dict[str, Any]) -> ClaimArgs:
     """Check the whole body before anything is settled; a 400 names every offending field."""
     found: dict[str, list[str]] = {k: ["Unknown field."] for k in body if k not in _CLAIM_FIELDS}
     args = ClaimArgs(
-        max=_int(body, "max", 1, 1, MAX_CLAIM, found),
-        wait_ms=min(_int(body, "wait_ms", parsing.DEFAULT_WAIT_MS, 0, None, found),
-                    parsing.MAX_WAIT_MS),
-        lease_ms=min(_int(body, "lease_ms", parsing.DEFAULT_LEASE_MS, 1, None, found),
-                     parsing.MAX_LEASE_MS),
+        max=_int(body, "max", DEFAULT_CLAIM, 1, MAX_CLAIM, found),
+        wait_ms=min(_int(body, "wait_ms", DEFAULT_WAIT_MS, 0, None, found),
+                    MAX_WAIT_MS),
+        lease_ms=min(_int(body, "lease_ms", DEFAULT_LEASE_MS, MIN_LEASE_MS, None, found),
+                     MAX_LEASE_MS),
     )
     queues = body.get("queues")
     if queues is not None:
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
             found["queues"] = ["Must be a list of queue names."]
         else:
-            bad = [i for i, q in enumerate(queues) if not parsing.is_queue_name(q)]
-            found.update({f"queues.{i}": [parsing.QUEUE_MESSAGE] for i in bad})
+            bad = [i for i, q in enumerate(queues) if not QUEUE_RE.fullmatch(q)]
+            found.update({f"queues.{i}": [QUEUE_MESSAGE] for i in bad})
             args.queues = queues or None
     total = 0
     for key in ("acks", "nacks"):

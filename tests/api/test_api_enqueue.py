@@ -215,9 +215,9 @@ class Greeting:
 
 @pytest.fixture
 def greeting_type(monkeypatch: pytest.MonkeyPatch) -> str:
-    from workers.jobtypes import REGISTRY
+    from contract.jobtypes import SPECS
 
-    monkeypatch.setitem(REGISTRY, "greeting", Greeting())
+    monkeypatch.setitem(SPECS, "greeting", Greeting())
     return "greeting"
 
 

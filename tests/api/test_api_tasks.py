@@ -56,9 +56,9 @@ def test_list__filters_state_queue_type(api_client, enqueue, claim) -> None:
 
 
 def test_list__type_filter(api_client, enqueue, monkeypatch) -> None:
-    from workers.jobtypes import REGISTRY
+    from contract.jobtypes import SPECS
 
-    monkeypatch.setitem(REGISTRY, "echo", object())
+    monkeypatch.setitem(SPECS, "echo", object())
     typed = enqueue(type="echo")
     enqueue()
     assert ids_of(api_client.get("/jobs?type=echo").json()) == [typed]

@@ -37,9 +37,9 @@ def many(n: int, **fields) -> list[str]:
 
 
 def test_list__filters_combine(api_client, enqueue, claim, monkeypatch) -> None:
-    from workers.jobtypes import REGISTRY
+    from contract.jobtypes import SPECS
 
-    monkeypatch.setitem(REGISTRY, "echo", object())
+    monkeypatch.setitem(SPECS, "echo", object())
     a_ready = enqueue(queue="a")
     a_echo = enqueue(queue="a", type="echo")
     b_echo = enqueue(queue="b", type="echo")

@@ -1,4 +1,4 @@
-"""Item 6: each sample type's handler does its work; the return value is the ack's result."""
+"""Each sample type's handler does its work; the return value is the ack's result."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +8,7 @@ import time
 import urllib.error
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,13 @@ class Answers(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def local_server() -> Iterator[str]:
+def loopback_allowed(settings: Any) -> None:
+    """The fetch policy refuses loopback: let the local test servers through."""
+    settings.BROKER_FETCH_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+
+
+@pytest.fixture
+def local_server(loopback_allowed: None) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
     server.daemon_threads = True
     Answers.release.clear()
@@ -115,7 +122,7 @@ def test_http_fetch__no_answer_within_timeout__raises_soon(local_server: str) ->
     assert time.monotonic() - started < 3
 
 
-def test_http_fetch__nobody_listening__raises() -> None:
+def test_http_fetch__nobody_listening__raises(loopback_allowed: None) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there

@@ -1,4 +1,4 @@
-"""Item 6: the registry finds one module per type; adding a type is adding a module."""
+"""The registries find one module per type: a contract spec, and its handler in workers/."""
 from __future__ import annotations
 
 import subprocess
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.jobtypes import SPECS, JobSpec
 from workers import jobtypes
 from workers.jobtypes import JobType, Registry
 
@@ -18,15 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 NEW_TYPE = '''
 """echo_job: a type added by one new module."""
+from contract.fields import PayloadSchema, StrictString
+from contract.jobtypes import JobSpec
 from workers.jobtypes import JobType
-from workers.jobtypes._fields import PayloadSchema, StrictString
 
 
 class EchoPayload(PayloadSchema):
     text = StrictString()
 
 
-JOB_TYPE = JobType(name="echo_job", schema=EchoPayload, run=lambda p: p["text"] * 2)
+JOB_TYPE = JobType(JobSpec(name="echo_job", schema=EchoPayload), lambda p: p["text"] * 2)
 '''
 
 
@@ -70,7 +72,7 @@ def test_registry__new_module__registered_with_no_other_edit(on_path: Path) -> N
     registry = Registry(name, path)
     assert list(registry) == ["echo_job"]
     assert registry["echo_job"].handler({"text": "ab"}) == "abab"
-    assert registry["echo_job"].validate({"text": 1}) == {"text": ["Not a valid string."]}
+    assert registry["echo_job"].spec.validate({"text": 1}) == {"text": ["Not a valid string."]}
 
 
 def test_registry__modules_load_on_first_use_not_on_import(on_path: Path) -> None:
@@ -98,16 +100,35 @@ def test_registry__two_modules_one_name__valueerror(on_path: Path) -> None:
         list(Registry(name, path))
 
 
-def test_registry__importing_the_package_imports_no_type_module() -> None:
+@pytest.mark.parametrize("package", ["workers.jobtypes", "contract.jobtypes"])
+def test_registry__importing_the_package_imports_no_type_module(package: str) -> None:
     # A fresh interpreter: importing the registry must not pull in the type modules (nor DRF).
     code = (
-        "import sys, workers.jobtypes as j; "
+        f"import sys, {package}; "
         "print(sorted(m for m in sys.modules if m.startswith(('workers.jobtypes.', "
-        "'rest_framework'))))"
+        "'contract.jobtypes.', 'rest_framework'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_contract__every_spec_has_its_handler_and_every_handler_its_spec() -> None:
+    assert set(SPECS) == set(jobtypes.REGISTRY)
+    for name, spec in SPECS.items():
+        assert isinstance(spec, JobSpec)
+        assert sys.modules[f"contract.jobtypes.{name}"].SPEC is spec
+        assert jobtypes.REGISTRY[name].spec is spec  # the worker validates with the broker's rules
+
+
+def test_spec__schema_not_strict__typeerror() -> None:
+    from rest_framework import serializers
+
+    class Loose(serializers.Serializer):
+        text = serializers.CharField()
+
+    with pytest.raises(TypeError, match=r"must be a contract\.fields\.PayloadSchema"):
+        JobSpec(name="loose", schema=Loose)
 
 
 def test_register__adds_under_the_name_given() -> None:

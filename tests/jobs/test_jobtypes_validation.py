@@ -1,4 +1,4 @@
-"""Item 6: typed payloads are validated at enqueue: 400 naming each bad field; unknown type 400."""
+"""Typed payloads are validated at enqueue: 400 naming each bad field; unknown type 400."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from broker.models import Task
+from contract.jobtypes import SPECS
 from tests.jobs.conftest import post
-from workers.jobtypes import REGISTRY
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,7 @@ def refused(api_client, job_type: str, payload: Any) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("job_type", SAMPLE_TYPES)
 def test_enqueue__each_types_sample__201_typed(api_client, task, job_type: str) -> None:
-    payload = REGISTRY[job_type].sample("http://127.0.0.1:8080")
+    payload = SPECS[job_type].sample("http://broker.test:8080")
     r = post(api_client, "/jobs", {"type": job_type, "payload": payload})
     assert r.status_code == 201, r.content
     shown = task(r.json()["id"])
@@ -112,7 +112,7 @@ def test_enqueue__defaults_are_filled_by_the_worker_not_stored(api_client, task)
     r = post(api_client, "/jobs", {"type": "sleep_job", "payload": {}})
     assert r.status_code == 201
     assert task(r.json()["id"])["payload"] == {}
-    data, problems = REGISTRY["sleep_job"].parse({})
+    data, problems = SPECS["sleep_job"].parse({})
     assert (data, problems) == ({"duration_seconds": 3.0}, {})
 
 

@@ -1,4 +1,4 @@
-"""Item 6: the worker runs typed tasks with their type's handler, untyped ones to the log file,
+"""The worker runs typed tasks with their type's handler, untyped ones to the log file,
 and the broker keeps what came of it (result, or the error)."""
 from __future__ import annotations
 
@@ -119,7 +119,11 @@ def test_worker__fail_job__nacked_until_dead_with_each_error(
     assert shown["last_error"] == "nope"
 
 
-def test_worker__http_fetch__result_is_the_local_servers_status(enqueue, runner, task) -> None:
+def test_worker__http_fetch__result_is_the_local_servers_status(
+    enqueue, runner, task, settings
+) -> None:
+    settings.BROKER_FETCH_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # loopback is refused by default
+
     class Teapot(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(418)

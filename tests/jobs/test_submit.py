@@ -119,7 +119,9 @@ def rows_of(output: str) -> dict[str, list[str]]:
 @pytest.mark.e2e
 @pytest.mark.postgres
 def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_path: Path) -> None:
-    with gunicorn(db_url, tmp_path) as base:
+    # http_fetch's sample fetches the broker's own /healthz, on loopback: refused by default.
+    loopback = {"BROKER_FETCH_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    with gunicorn(db_url, tmp_path, **loopback) as base:
         with running(manage(["submit", "--broker", base, "--type", "sleep_job", "--priority",
                              "high", "--no-poll"], db_url, tmp_path, "submit-no-poll")) as queued:
             assert queued.wait(60) == 0, queued.output()
@@ -127,7 +129,8 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
         assert early == ["high", "ready", "0", "-"]  # no worker yet: nobody took it
 
         worker = manage(["runworker", "--broker", base, "--concurrency", "3", "--wait-ms", "1000",
-                         "--log-file", str(tmp_path / "jobs.log")], db_url, tmp_path, "worker")
+                         "--log-file", str(tmp_path / "jobs.log")], db_url, tmp_path, "worker",
+                        **loopback)
         with running(worker), running(manage(["submit", "--broker", base, "--timeout", "60",
                                               "--interval-ms", "100"], db_url, tmp_path,
                                              "submit")) as submit:

@@ -75,3 +75,14 @@ def test_backoff__grows_monotonically_until_the_cap() -> None:
     lows = [backoff_ms(k, BASE_MS, CAP_MS, FixedRng(0.0)) for k in range(1, 10)]
     assert lows == sorted(lows)
     assert lows[-1] == CAP_MS // 2
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 1.0])
+def test_backoff__contracts_copy_agrees_with_the_brokers(fraction: float) -> None:
+    # contract/backoff.py is where both houses will read it from; until then, one rule.
+    from contract.backoff import backoff_ms as contract_backoff_ms
+
+    for k in range(0, 102):
+        for base, cap in ((BASE_MS, CAP_MS), (1, 10**12), (7, 7)):
+            expected = backoff_ms(k, base, cap, FixedRng(fraction))
+            assert contract_backoff_ms(k, base, cap, FixedRng(fraction)) == expected

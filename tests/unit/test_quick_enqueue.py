@@ -5,7 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.api.parsing import EnqueueSerializer, new_task, quick_new_task
+from broker.exceptions import InvalidTaskError
+from broker.validation import EnqueueSerializer, new_task, quick_new_task, task_from_attrs
+from contract.errors import flatten
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -37,7 +39,22 @@ def test_quick_new_task__agrees_with_the_serializer(body) -> None:
         return  # the serializer decides: nothing to compare
     serializer = EnqueueSerializer(data=body)
     assert serializer.is_valid(), serializer.errors
-    assert new_task(serializer.validated_data) == quick
+    assert task_from_attrs(serializer.validated_data) == quick
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies)
+def test_new_task__takes_what_the_serializer_takes_refuses_what_it_refuses(body) -> None:
+    serializer = EnqueueSerializer(data=body)
+    try:
+        task = new_task(body)
+    except InvalidTaskError as exc:
+        assert not serializer.is_valid()
+        if isinstance(body, dict):
+            assert exc.fields == flatten(serializer.errors)
+    else:
+        assert serializer.is_valid(), serializer.errors
+        assert task == task_from_attrs(serializer.validated_data)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,8 @@
-"""manage.py submit: enqueue one sample task per job type over HTTP and watch them finish."""
+"""manage.py submit: enqueue one sample task per job type over HTTP and watch them finish.
+
+The types, their descriptions and samples are the contract's (contract/jobtypes/): what the
+broker accepts, whether or not this process could run them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ from urllib.parse import quote
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers import jobtypes
+from contract.jobtypes import SPECS
+from contract.limits import DEFAULT_PRIORITY, DEFAULT_QUEUE, PRIORITIES
 from workers.client import BrokerClient, BrokerError, BrokerUnavailableError
 from workers.management.commands._common import (
     api_token,
@@ -139,9 +144,9 @@ class Command(BaseCommand):
                             help="broker base URL (default: $BROKER_URL or %(default)s)")
         parser.add_argument("--type", dest="job_type", metavar="T",
                             help="submit only this job type (default: one of each)")
-        parser.add_argument("--priority", default="normal", choices=["high", "normal", "low"],
+        parser.add_argument("--priority", default=DEFAULT_PRIORITY, choices=PRIORITIES,
                             help="(default: %(default)s)")
-        parser.add_argument("--queue", default="default", help="(default: %(default)s)")
+        parser.add_argument("--queue", default=DEFAULT_QUEUE, help="(default: %(default)s)")
         parser.add_argument("--max-attempts", type=positive_int, default=1,
                             help="(default: %(default)s, so fail_job goes straight to the DLQ)")
         parser.add_argument("--payload", type=_json_value, metavar="JSON", default=_SAMPLE,
@@ -188,8 +193,8 @@ class Command(BaseCommand):
             )
 
     def _chosen_types(self, job_type: str | None, payload: Any) -> list[str]:
-        names = sorted(jobtypes.REGISTRY)
-        if job_type is not None and job_type not in jobtypes.REGISTRY:
+        names = sorted(SPECS)
+        if job_type is not None and job_type not in SPECS:
             raise CommandError(f"unknown job type {job_type!r}; known: {', '.join(names)}")
         if payload is not _SAMPLE and job_type is None:
             raise CommandError("--payload needs --type")
@@ -197,9 +202,9 @@ class Command(BaseCommand):
 
     def _list(self, names: list[str], broker: str) -> None:
         for name in names:
-            jobtype = jobtypes.REGISTRY[name]
-            sample = getattr(jobtype, "sample", lambda url: {})(broker)
-            self.stdout.write(f"{name:<16} {getattr(jobtype, 'description', '')}")
+            spec = SPECS[name]
+            sample = getattr(spec, "sample", lambda url: {})(broker)
+            self.stdout.write(f"{name:<16} {getattr(spec, 'description', '')}")
             self.stdout.write(f"{'':<16} sample: {json.dumps(sample)}")
 
     def _submit(
@@ -209,7 +214,7 @@ class Command(BaseCommand):
         ids: list[str] = []
         refused: list[str] = []
         for name in names:
-            sample = getattr(jobtypes.REGISTRY[name], "sample", lambda url: {})
+            sample = getattr(SPECS[name], "sample", lambda url: {})
             payload = sample(broker) if options["payload"] is _SAMPLE else options["payload"]
             body = enqueue_body(name, payload, priority=options["priority"],
                                 queue=options["queue"], max_attempts=options["max_attempts"])

@@ -1,0 +1,235 @@
+"""The one enqueue validator: every way in turns a POST /jobs body into a NewTask here.
+
+POST /jobs, /jobs/batch, broker.enqueue() and the django.tasks backend all call new_task() or
+new_tasks(), and get InvalidTaskError(fields) for anything the API answers with a 400.
+
+One set of rules (contract.limits) is read twice: by EnqueueSerializer's fields, which word
+every error, and by quick_new_task, the ~40x cheaper path for plain bodies, which only ever
+says "yes, and this is the task" or "ask the serializer" (a property test holds them together).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from broker.exceptions import InvalidTaskError
+from broker.queue import NewTask
+from broker.states import PRIORITY_BY_NAME
+from contract import limits
+from contract.errors import flatten
+from contract.fields import QueueName, StrictInteger, StrictSerializer, StrictString
+from contract.jobtypes import SPECS
+
+
+def dump_json(value: Any) -> str:
+    """Compact JSON text; ASCII escapes keep any string (U+0000, lone surrogates) storable."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+def json_text(value: Any) -> str:
+    """A Python value as JSON text, as a JSON body could carry it; NaN and sets are refused.
+
+    Raises InvalidTaskError naming "payload".
+    """
+    try:
+        return json.dumps(value, allow_nan=False, ensure_ascii=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidTaskError({"payload": [f"Not JSON: {exc}"]}) from exc
+
+
+def delay_ms_until(when: datetime) -> int:
+    """delay_ms for a task that must not become ready before `when` (rounded up; 0 if past)."""
+    micros = (when - timezone.now()) // timedelta(microseconds=1)
+    return max(0, -(-micros // 1000))
+
+
+class AnyJSONField(serializers.Field):
+    """Any JSON value, null included, kept as JSON text."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is serializers.empty:
+            return super().validate_empty_values(data)
+        return (True, dump_json(data)) if data is None else (False, data)
+
+    def to_internal_value(self, data: Any) -> str:
+        return dump_json(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class EnqueueSerializer(StrictSerializer):
+    """A POST /jobs body; the words of every enqueue error."""
+
+    payload = AnyJSONField(required=True)
+    max_attempts = StrictInteger(
+        min_value=limits.MIN_ATTEMPTS,
+        max_value=limits.MAX_ATTEMPTS,
+        default=limits.DEFAULT_MAX_ATTEMPTS,
+    )
+    delay_ms = StrictInteger(
+        min_value=0, max_value=limits.MAX_DELAY_MS, default=limits.DEFAULT_DELAY_MS
+    )
+    queue = QueueName(default=limits.DEFAULT_QUEUE)
+    priority = serializers.ChoiceField(
+        choices=list(PRIORITY_BY_NAME), default=limits.DEFAULT_PRIORITY
+    )
+    # Not trimmed: "sleep_job " is not a registered type name.
+    type = StrictString(
+        allow_null=True,
+        required=False,
+        default=None,
+        max_length=limits.MAX_TYPE_NAME,
+        trim_whitespace=False,
+    )
+    # Not trimmed: "k " and "k" are different keys.
+    idempotency_key = StrictString(
+        allow_null=True,
+        required=False,
+        default=None,
+        max_length=limits.MAX_IDEMPOTENCY_KEY,
+        trim_whitespace=False,
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        job_type = attrs.get("type")
+        if job_type is not None:
+            spec = SPECS.get(job_type)
+            if spec is None:
+                raise serializers.ValidationError({"type": [f"Unknown job type {job_type!r}."]})
+            validate = getattr(spec, "validate", None)
+            problems = validate(json.loads(attrs["payload"])) if validate else None
+            if problems:
+                raise serializers.ValidationError(
+                    # "" names the payload as a whole (say, not an object).
+                    {
+                        f"payload.{name}" if name else "payload": msgs
+                        for name, msgs in problems.items()
+                    }
+                )
+        return attrs
+
+
+def task_from_attrs(attrs: dict[str, Any]) -> NewTask:
+    """EnqueueSerializer's validated data → the NewTask it describes."""
+    return NewTask(
+        payload=attrs["payload"],
+        max_attempts=attrs["max_attempts"],
+        delay_ms=attrs["delay_ms"],
+        queue=attrs["queue"],
+        priority=PRIORITY_BY_NAME[attrs["priority"]],
+        type=attrs["type"],
+        idempotency_key=attrs["idempotency_key"],
+    )
+
+
+_ENQUEUE_FIELDS = frozenset(EnqueueSerializer._declared_fields)
+
+
+def _plain_key(key: Any) -> bool:
+    if not isinstance(key, str) or not 0 < len(key) <= limits.MAX_IDEMPOTENCY_KEY or "\x00" in key:
+        return False
+    try:
+        key.encode("utf-8")  # lone surrogates do not encode: the serializer refuses them
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def quick_new_task(data: Any) -> NewTask | None:
+    """The common enqueue body (untyped, every field plainly valid) without the serializer.
+
+    ~40 times cheaper than EnqueueSerializer per item (a 500-item batch spent most of its time
+    there). It accepts only what the serializer accepts, with the same limits and defaults;
+    anything else (typed jobs, any doubt) answers None, and the serializer decides.
+    """
+    if type(data) is not dict or "payload" not in data or not _ENQUEUE_FIELDS.issuperset(data):
+        return None
+    get = data.get
+    max_attempts = get("max_attempts", limits.DEFAULT_MAX_ATTEMPTS)
+    delay_ms = get("delay_ms", limits.DEFAULT_DELAY_MS)
+    queue_name = get("queue", limits.DEFAULT_QUEUE)
+    priority = get("priority", limits.DEFAULT_PRIORITY)
+    key = get("idempotency_key")
+    if (
+        type(max_attempts) is not int
+        or not limits.MIN_ATTEMPTS <= max_attempts <= limits.MAX_ATTEMPTS
+        or type(delay_ms) is not int
+        or not 0 <= delay_ms <= limits.MAX_DELAY_MS
+        or type(queue_name) is not str
+        or not limits.QUEUE_RE.fullmatch(queue_name)
+        or type(priority) is not str
+        or priority not in PRIORITY_BY_NAME
+        or get("type") is not None
+        or (key is not None and not _plain_key(key))
+    ):
+        return None
+    return NewTask(
+        payload=dump_json(data["payload"]),
+        max_attempts=max_attempts,
+        delay_ms=delay_ms,
+        queue=queue_name,
+        priority=PRIORITY_BY_NAME[priority],
+        type=None,
+        idempotency_key=key,
+    )
+
+
+def _checked(
+    body: Any, serializer: EnqueueSerializer | None = None
+) -> tuple[NewTask | None, dict[str, Any]]:
+    """(the task, {}) or (None, {field: [messages]}): the fast path first, then the serializer."""
+    quick = quick_new_task(body)
+    if quick is not None:
+        return quick, {}
+    try:
+        # run_validation, as a list serializer runs each item: a null body is "may not be null".
+        attrs = (serializer or EnqueueSerializer()).run_validation(body)
+    except serializers.ValidationError as exc:
+        return None, flatten(exc.detail)
+    return task_from_attrs(attrs), {}
+
+
+def new_task(body: Any) -> NewTask:
+    """A POST /jobs body (payload as parsed JSON) → NewTask.
+
+    Raises InvalidTaskError naming each bad field ("queue", "payload.url").
+    """
+    task, problems = _checked(body)
+    if task is None:
+        raise InvalidTaskError(problems)
+    return task
+
+
+def new_tasks(bodies: list[Any], prefix: str) -> list[NewTask]:
+    """Many bodies, all or nothing: NewTasks in order.
+
+    Raises InvalidTaskError naming each bad field of every bad body by index:
+    "<prefix>.3.max_attempts".
+    """
+    tasks: list[NewTask] = []
+    problems: dict[str, list[str]] = {}
+    serializer: EnqueueSerializer | None = None  # made once, if any body needs it
+    for index, body in enumerate(bodies):
+        quick = quick_new_task(body)
+        if quick is not None:
+            tasks.append(quick)
+            continue
+        serializer = serializer or EnqueueSerializer()
+        task, item_problems = _checked(body, serializer)
+        if task is None:
+            problems.update({f"{prefix}.{index}.{k}": v for k, v in item_problems.items()})
+        else:
+            tasks.append(task)
+    if problems:
+        raise InvalidTaskError(problems)
+    return tasks

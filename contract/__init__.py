@@ -1,0 +1,1 @@
+"""What the broker and its workers agree on: limits, strict fields, job types; imports neither."""

@@ -1,0 +1,117 @@
+"""Every limit and default of API.md, written once; the parser, the schema and the docs read it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# -- POST /jobs ---------------------------------------------------------------------------------
+
+MIN_ATTEMPTS = 1
+MAX_ATTEMPTS = 100
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_DELAY_DAYS = 7
+MAX_DELAY_MS = MAX_DELAY_DAYS * 24 * 3600 * 1000
+DEFAULT_DELAY_MS = 0
+DEFAULT_QUEUE = "default"
+# Claim order, first to last; the broker stores them as 0, 1, 2 (broker.states.Priority).
+PRIORITIES = ("high", "normal", "low")
+DEFAULT_PRIORITY = "normal"
+MAX_TYPE_NAME = 64
+MAX_IDEMPOTENCY_KEY = 255
+# The body is the first level: payloads and results nest at most MAX_JSON_DEPTH - 1 deep.
+MAX_JSON_DEPTH = 256
+
+# -- queue names --------------------------------------------------------------------------------
+
+MAX_QUEUE_NAME = 64
+QUEUE_RULE = f"[A-Za-z0-9_.-]{{1,{MAX_QUEUE_NAME}}}"
+# Anchored for OpenAPI and DRF; in Python use QUEUE_RE.fullmatch: "$" also matches before a
+# final "\n", so "a\n" would pass a plain match.
+QUEUE_PATTERN = f"^{QUEUE_RULE}$"
+QUEUE_RE = re.compile(QUEUE_RULE)
+QUEUE_MESSAGE = f"Must match {QUEUE_RULE}."
+
+# -- claims, leases, batches, pages -------------------------------------------------------------
+
+DEFAULT_WAIT_MS = 20_000
+MAX_WAIT_MS = 30_000
+DEFAULT_LEASE_MS = 30_000
+MIN_LEASE_MS = 1
+MAX_LEASE_MS = 300_000
+MAX_BATCH = 1000
+MAX_CLAIM = 100
+DEFAULT_CLAIM = 1
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+
+# -- task ids -----------------------------------------------------------------------------------
+
+# Decimal strings of a bigint key, as the broker gives them out: no sign, no leading zero.
+TASK_ID_PATTERN = "^(0|[1-9][0-9]{0,17})$"
+_TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+
+
+def parse_task_id(raw: Any) -> int | None:
+    """A task id as given out → the row's key; None when it cannot be one (say, "007" or "٣")."""
+    if isinstance(raw, str) and _TASK_ID_RE.fullmatch(raw):
+        return int(raw)
+    return None
+
+
+def nests_at_most(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether `value` nests arrays and objects at most `limit` deep; iterative, no recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+# What docs/limits.md states, in its order: (name, value, where it applies).
+DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
+    (
+        "max_attempts",
+        f"{MIN_ATTEMPTS} to {MAX_ATTEMPTS}, default {DEFAULT_MAX_ATTEMPTS}",
+        "`POST /jobs`",
+    ),
+    (
+        "delay_ms",
+        f"0 to {MAX_DELAY_MS} ({MAX_DELAY_DAYS} days), default {DEFAULT_DELAY_MS}",
+        "`POST /jobs`",
+    ),
+    ("queue", f"`{QUEUE_RULE}`, default `{DEFAULT_QUEUE}`", "`POST /jobs`, claims, lists"),
+    ("priority", f"{', '.join(PRIORITIES)}; default {DEFAULT_PRIORITY}", "`POST /jobs`"),
+    ("type", f"a registered job type, at most {MAX_TYPE_NAME} characters", "`POST /jobs`"),
+    ("idempotency_key", f"at most {MAX_IDEMPOTENCY_KEY} characters", "`POST /jobs`"),
+    ("JSON depth", f"payloads and results nest at most {MAX_JSON_DEPTH - 1} levels", "every body"),
+    ("wait_ms", f"default {DEFAULT_WAIT_MS}, capped at {MAX_WAIT_MS}", "claims"),
+    (
+        "lease_ms",
+        f"default {DEFAULT_LEASE_MS}, at least {MIN_LEASE_MS}, capped at {MAX_LEASE_MS}",
+        "claims, extend",
+    ),
+    ("max", f"1 to {MAX_CLAIM}, default {DEFAULT_CLAIM}", "`POST /jobs/claim`"),
+    (
+        "batch items",
+        f"1 to {MAX_BATCH}",
+        "`POST /jobs/batch`, `/jobs/ack`, `/jobs/nack`, settles in a claim",
+    ),
+    ("limit", f"default {DEFAULT_PAGE_SIZE}, capped at {MAX_PAGE_SIZE}", "`GET /jobs`, `GET /dlq`"),
+    ("task id", f"`{TASK_ID_PATTERN}`; anything else is a 404", "paths, cursors"),
+)
+
+
+def markdown_table() -> str:
+    """DOCUMENTED as the Markdown table docs/limits.md holds (a test keeps the two equal)."""
+    rows = ["| limit | value | where |", "|---|---|---|"]
+    # A "|" in a cell would end it, even inside backticks.
+    rows += [
+        f"| `{name}` | {str(value).replace('|', chr(92) + '|')} | {where} |"
+        for name, value, where in DOCUMENTED
+    ]
+    return "\n".join(rows) + "\n"
