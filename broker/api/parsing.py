@@ -303,9 +303,13 @@ def parse_enqueue(data: Any) -> NewTask:
 def query_int(
     params: Any, name: str, default: int, *, minimum: int = 0, cap: int | None = None
 ) -> int:
-    """A non-negative integer query parameter; values above `cap` are capped, not refused."""
+    """A non-negative integer query parameter; values above `cap` are capped, not refused.
+
+    Absent means the default; given empty (`wait_ms=`) is a bad value like any non-integer, so a
+    client whose variable came out empty hears about it instead of getting the default.
+    """
     raw = params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     if not raw.isdigit() or not raw.isascii():
         raise ValidationFailed({name: ["Must be a non-negative integer."]})
