@@ -56,12 +56,16 @@ def claim_wait(
     # Park, then look again before waiting: a task that became ready between the first look and
     # the park has already sent its wake-up, which only a parked claim would have heard.
     waiter = hub.park(frozenset(queues) if queues else None)
+    # A wake taken but not yet looked at by a claim that completed: if we leave before (client
+    # gone, claim raised), unpark passes it to the next claimer, or its task would sit ready.
+    held: str | None = None
     try:
         while True:
-            waiter.event.clear()
+            held = hub.take(waiter)
             if gone():
                 return []
             got = queue.claim(queues, lease_ms, limit, worker)
+            held = None  # the claim looked: whatever the wake announced, it was seen
             if got:
                 return got
             # Give the connection back (to the pool on PostgreSQL) for the whole wait; not when a
@@ -82,4 +86,4 @@ def claim_wait(
                 if connection.vendor == "postgresql" and not hub.listening:
                     break
     finally:
-        hub.unpark(waiter)
+        hub.unpark(waiter, held)
