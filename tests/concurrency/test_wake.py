@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import gunicorn, http, manage, running, wait_until
+from tests.procs import (
+    gunicorn,
+    http,
+    manage,
+    running,
+    self_signed_cert,
+    tls_client_context,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.postgres]
 
@@ -73,6 +81,27 @@ def test_wake__client_disconnects_while_parked__never_handed_the_task(
         assert got["task"]["attempts"] == 1
         stats = http("GET", f"{b}/stats")[1]
         assert stats["totals"]["delivered"] == 1
+
+
+def test_wake__tls_client_disconnects_while_parked__never_handed_the_task(
+    db_url: str, tmp_path: Path
+) -> None:
+    with gunicorn(db_url, tmp_path, "tls", tls=self_signed_cert(tmp_path), WORKERS="1") as b:
+        port = int(b.rsplit(":", 1)[1])
+        raw = socket.create_connection(("127.0.0.1", port))
+        sock = tls_client_context().wrap_socket(raw, server_hostname="127.0.0.1")
+        sock.sendall(b"GET /jobs/next?wait_ms=20000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(0.5)
+        sock.close()
+        time.sleep(0.8)  # past the parked claim's next look at its socket (every 0.5 s)
+        status, body = http("POST", f"{b}/jobs", {"payload": "for a live worker"})
+        assert status == 201
+        time.sleep(0.5)
+        status, got = http("GET", f"{b}/jobs/next?wait_ms=2000")
+        assert status == 200, "the task went to the worker that had hung up"
+        assert got["task"]["id"] == body["id"]
+        assert got["task"]["attempts"] == 1
+        assert http("GET", f"{b}/stats")[1]["totals"]["delivered"] == 1
 
 
 def test_wake__first_parked_claimer_hung_up__next_claimer_gets_the_task_at_once(
