@@ -1,13 +1,14 @@
 """GET /metrics: Prometheus text read from the database at scrape time, so every process agrees.
 
 Nothing is counted in process memory. The counters are the lifetime counters of `/stats` (summed
-over their shards), the gauges are `/stats`'s live-state counts per queue, and the processing
-histogram is kept in the same counter shards, bumped by the ack/nack transaction itself. Two
-queries per scrape, whichever gunicorn worker answers.
+over their shards), the gauges are `/stats`'s live-state counts per queue (the busiest 50 queues,
+the rest summed as `other`), and the processing histogram is kept in the same counter shards,
+bumped by the ack/nack transaction itself. Two queries per scrape, whichever gunicorn worker
+answers.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.db.models import Sum
@@ -58,6 +59,32 @@ GAUGE_METRICS: dict[str, tuple[str, State]] = {
 # Always shown, even when idle, so sum() over the gauges is 0 rather than "no data".
 ALWAYS_SHOWN_QUEUE = "default"
 
+# Clients name queues, and each label value is a series Prometheus keeps: the busiest queues keep
+# a label of their own, every other queue is summed under OTHER_QUEUES.
+MAX_QUEUE_LABELS = 50
+OTHER_QUEUES = "other"
+
+
+def bounded_by_queue(
+    per_queue: Mapping[str, Mapping[str, int]], keep: int = MAX_QUEUE_LABELS
+) -> dict[str, dict[str, int]]:
+    """`{queue: {state: n}}` with at most `keep` queues of its own (the most live tasks first,
+    then by name) plus OTHER_QUEUES, which sums all the rest and any queue named "other" itself,
+    so no label value is ever shown twice. The sums over all queues are unchanged."""
+    named = sorted(
+        (q for q in per_queue if q != OTHER_QUEUES),
+        key=lambda q: (-sum(per_queue[q].values()), q),
+    )
+    bounded = {q: dict(per_queue[q]) for q in named[:keep]}
+    rest = named[keep:] + ([OTHER_QUEUES] if OTHER_QUEUES in per_queue else [])
+    if rest:
+        other: dict[str, int] = {}
+        for q in rest:
+            for state, n in per_queue[q].items():
+                other[state] = other.get(state, 0) + n
+        bounded[OTHER_QUEUES] = other
+    return bounded
+
 _SUMMED = (*COUNTERS, *(name for _, name in DURATION_BUCKETS), "dur_sum_us")
 
 
@@ -74,8 +101,8 @@ class BrokerCollector(Collector):
         sums = shard_sums()
         for name, (doc, parts) in COUNTER_METRICS.items():
             yield CounterMetricFamily(name, doc, value=sum(sums[p] for p in parts))
-        _, per_queue = queue.gauges()
-        per_queue.setdefault(ALWAYS_SHOWN_QUEUE, {})
+        _, live = queue.gauges()
+        per_queue = bounded_by_queue({ALWAYS_SHOWN_QUEUE: {}, **live})
         for name, (doc, state) in GAUGE_METRICS.items():
             family = GaugeMetricFamily(name, doc, labels=["queue"])
             for queue_name in sorted(per_queue):
