@@ -133,6 +133,30 @@ def test_task_list__search__id_key_payload_and_error(
     assert not set(others) & set(_listed_ids(html))
 
 
+def test_task_list__search_queue_name__its_tasks_exactly(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    billing = [enqueue_task(queue="billing"), enqueue_task(queue="billing", type="send_email")]
+    enqueue_task(queue="billing-eu")  # a longer name is another queue
+    enqueue_task(queue="mail")
+
+    html = admin_client.get(TASKS, {"q": "billing"}).content.decode()
+
+    assert sorted(_listed_ids(html)) == sorted(billing)
+
+
+def test_task_list__search_job_type_name__its_tasks_in_every_queue(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    emails = [enqueue_task(type="send_email"), enqueue_task(queue="mail", type="send_email")]
+    enqueue_task(queue="mail", type="send_sms")
+    enqueue_task(queue="mail")
+
+    html = admin_client.get(TASKS, {"q": "send_email"}).content.decode()
+
+    assert sorted(_listed_ids(html)) == sorted(emails)
+
+
 def test_task_list__search_bare_number__the_task_with_that_id_and_text_matches(
     admin_client: Client, enqueue_task: Callable[..., int]
 ) -> None:
