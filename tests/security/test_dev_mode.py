@@ -58,8 +58,11 @@ def test_worker_commands__nothing_set__run_without_a_secret_key() -> None:
     assert "sleep_job" in result.stdout
 
 
-def _get(url: str, host: str | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers={"Host": host} if host else {})  # noqa: S310
+def _get(url: str, host: str | None = None, accept: str | None = None) -> tuple[int, bytes]:
+    headers = {"Host": host} if host else {}
+    if accept:
+        headers["Accept"] = accept
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 -- loopback
             return response.status, response.read()
@@ -88,6 +91,8 @@ def test_make_run__fresh_environment__dev_broker_on_loopback_admin_styled(tmp_pa
 
     try:
         wait_until(up, 90, 0.2, "make run to answer /healthz")
+        status, page = _get(f"{base}/", accept="text/html,*/*;q=0.8")  # the browser's first look
+        assert status == 200 and b'href="/admin/"' in page and b'href="/api/docs/"' in page
         status, page = _get(f"{base}/admin/login/")  # a CSRF token: some key is there
         assert status == 200, page[:500]
         css = "/static/admin/css/base.css"
