@@ -16,10 +16,14 @@ $(STAMP): requirements.txt requirements-dev.txt
 	touch $@
 
 # The broker on :8080 (gunicorn.conf.py) and the sweeper, in the foreground; Ctrl-C stops both.
+# Development mode unless the environment says otherwise: DEBUG on (so the public dev SECRET_KEY),
+# listening on loopback only, since the API is open and DEBUG pages show internals.
+run: export DEBUG ?= True
+run: export BROKER_BIND ?= 127.0.0.1:8080
+run: export LOG_LEVEL ?= INFO
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
-	@export LOG_LEVEL=$${LOG_LEVEL:-INFO}; \
-	trap 'kill $$SWEEPER $$WEB 2>/dev/null; wait' INT TERM EXIT; \
+	@trap 'kill $$SWEEPER $$WEB 2>/dev/null; wait' INT TERM EXIT; \
 	$(PY) manage.py runsweeper & SWEEPER=$$!; \
 	$(VENV)/bin/gunicorn & WEB=$$!; \
 	wait -n $$SWEEPER $$WEB

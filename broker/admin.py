@@ -11,6 +11,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Length, Substr
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -25,6 +26,10 @@ from broker.models import DeadTask, Task
 from broker.states import GAUGE_STATES, PRIORITY_NAMES, State
 
 ERROR_PREVIEW_CHARS = 80
+# A task's page shows the newest errors of its history, each cut (the history may hold hundreds
+# of 256 KiB tracebacks after requeues): the same bound as GET /jobs/{id}.
+ERRORS_SHOWN = 100
+ERROR_CHARS_SHOWN = 16_384
 EMPTY = "-"  # what Django's admin shows for an empty value
 REQUEUE_CHUNK = 1000
 
@@ -70,10 +75,10 @@ class TaskAdmin(admin.ModelAdmin):
     )  # fmt: skip
     list_display_links = ("short_id",)
     list_filter = ("state", QueueFilter, TypeFilter, "priority")
-    search_fields = ("idempotency_key", "last_error", "payload")
+    search_fields = ("queue", "type", "idempotency_key", "last_error", "payload")
     search_help_text = (
-        "#42 finds task 42; other words find an idempotency key, or text in the last error or "
-        "the payload (or a task id)."
+        "#42 finds task 42. Other words find tasks whose queue, job type or idempotency key is "
+        "exactly that, or whose last error or payload contains it (a number: that task id too)."
     )
     date_hierarchy = "created_at"
     ordering = ("-id",)
@@ -163,16 +168,29 @@ class TaskAdmin(admin.ModelAdmin):
 
     @admin.display(description="errors")
     def error_history_pretty(self, task: Task) -> str:
-        rows = list(task.error_history.order_by("attempt", "id"))
+        newest = (
+            task.error_history.order_by("-id")
+            .annotate(head=Substr("error", 1, ERROR_CHARS_SHOWN), length=Length("error"))
+            .values_list("attempt", "at", "head", "length")[:ERRORS_SHOWN]
+        )
+        rows = list(newest)[::-1]
         if not rows:
             return EMPTY
+        in_all = task.error_history.count() if len(rows) == ERRORS_SHOWN else len(rows)
+        more = f"The newest {len(rows)} of {in_all} errors." if in_all > len(rows) else ""
+        cells = [
+            (attempt, when(at), head, f"\n[cut: {length} characters in all]" if length > len(head)
+             else "")
+            for attempt, at, head, length in rows
+        ]  # fmt: skip
         return format_html(
-            '<table class="broker-errors"><thead><tr><th>attempt</th><th>at</th><th>error</th>'
+            '{}<table class="broker-errors"><thead><tr><th>attempt</th><th>at</th><th>error</th>'
             "</tr></thead><tbody>{}</tbody></table>",
+            format_html("<p>{}</p>", more) if more else "",
             format_html_join(
                 "",
-                '<tr><td>{}</td><td>{}</td><td><pre class="broker-json">{}</pre></td></tr>',
-                ((e.attempt, when(e.at), e.error) for e in rows),
+                '<tr><td>{}</td><td>{}</td><td><pre class="broker-json">{}{}</pre></td></tr>',
+                cells,
             ),
         )
 
@@ -186,7 +204,15 @@ class TaskAdmin(admin.ModelAdmin):
         is_id = digits.isdigit() and len(digits) < 19
         if is_id and term.startswith("#"):
             return queryset.filter(pk=int(digits)), False
-        match = Q(idempotency_key=term) | Q(last_error__icontains=term) | Q(payload__icontains=term)
+        # Names match exactly: an equality the indexes (and a LIMIT walk) serve, where
+        # "contains" on a queue would scan every row whatever the list's other filters.
+        match = (
+            Q(queue=term)
+            | Q(type=term)
+            | Q(idempotency_key=term)
+            | Q(last_error__icontains=term)
+            | Q(payload__icontains=term)
+        )
         return queryset.filter(match | Q(pk=int(digits)) if is_id else match), False
 
     @admin.action(description="Cancel selected", permissions=["change"])

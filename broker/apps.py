@@ -8,8 +8,11 @@ class BrokerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.core import checks as django_checks
         from django.db.backends.signals import connection_created
 
-        from broker import dbpool
+        from broker import checks, dbpool
 
         connection_created.connect(dbpool.use_cheap_check, dispatch_uid="broker-cheap-check")
+        django_checks.register(checks.open_api, django_checks.Tags.security, deploy=True)
+        django_checks.register(checks.secret_key_set, django_checks.Tags.security, deploy=True)

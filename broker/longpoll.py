@@ -1,7 +1,9 @@
 """A claim that waits: park without a database connection until woken, the wait ends, or the
 client goes away (a client that left is never handed a task: it would burn an attempt)."""
+
 from __future__ import annotations
 
+import select
 import socket
 import time
 from collections.abc import Callable
@@ -18,22 +20,46 @@ GONE_CHECK_S = 0.5
 DEGRADED_POLL_S = 0.25
 
 
+# The peer shut its sending side (FIN): Linux reports it even with unread bytes queued before it.
+_POLLRDHUP = getattr(select, "POLLRDHUP", 0)
+_GONE_EVENTS = _POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL if _POLLRDHUP else 0
+
+
 def socket_gone(sock: socket.socket | None) -> Callable[[], bool]:
-    """A check that tells whether the client closed its end of `sock` (False if unknowable)."""
+    """A check that tells whether the client closed its end of `sock` (False if unknowable).
+
+    It looks at the TCP connection under any TLS layer (gunicorn's certfile/keyfile give an
+    SSLSocket, whose recv() refuses peek flags) and never reads from the stream.
+    """
     if sock is None:
         return lambda: False
+    if _GONE_EVENTS:
+        # poll() on the descriptor: unlike a peek, it also sees a FIN queued behind bytes, like
+        # the close_notify record a TLS client (Go, curl) sends just before it hangs up.
+        poller = select.poll()
+        fd = sock.fileno()
+        if fd < 0:  # already closed
+            return lambda: True
+        poller.register(fd, _GONE_EVENTS)
 
-    def gone() -> bool:
+        def gone_by_poll() -> bool:
+            try:
+                return bool(poller.poll(0))
+            except OSError:
+                return True
+
+        return gone_by_poll
+
+    def gone_by_peek() -> bool:
         try:
-            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            # socket.socket's own recv, on the raw descriptor even for an SSLSocket.
+            return socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except (BlockingIOError, InterruptedError):
-            return False
-        except ValueError:  # TLS sockets refuse flags: cannot tell, assume present
             return False
         except OSError:
             return True
 
-    return gone
+    return gone_by_peek
 
 
 def claim_wait(
@@ -56,12 +82,16 @@ def claim_wait(
     # Park, then look again before waiting: a task that became ready between the first look and
     # the park has already sent its wake-up, which only a parked claim would have heard.
     waiter = hub.park(frozenset(queues) if queues else None)
+    # A wake taken but not yet looked at by a claim that completed: if we leave before (client
+    # gone, claim raised), unpark passes it to the next claimer, or its task would sit ready.
+    held: str | None = None
     try:
         while True:
-            waiter.event.clear()
+            held = hub.take(waiter)
             if gone():
                 return []
             got = queue.claim(queues, lease_ms, limit, worker)
+            held = None  # the claim looked: whatever the wake announced, it was seen
             if got:
                 return got
             # Give the connection back (to the pool on PostgreSQL) for the whole wait; not when a
@@ -72,8 +102,10 @@ def claim_wait(
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                tick = GONE_CHECK_S if hub.listening or connection.vendor != "postgresql" else (
-                    DEGRADED_POLL_S
+                tick = (
+                    GONE_CHECK_S
+                    if hub.listening or connection.vendor != "postgresql"
+                    else (DEGRADED_POLL_S)
                 )
                 if waiter.event.wait(min(remaining, tick)):
                     break
@@ -82,4 +114,4 @@ def claim_wait(
                 if connection.vendor == "postgresql" and not hub.listening:
                     break
     finally:
-        hub.unpark(waiter)
+        hub.unpark(waiter, held)

@@ -1,12 +1,13 @@
 """GET /metrics: Prometheus text read from the database at scrape time, so every process agrees.
 
-Nothing is counted in process memory. Counters, per-queue gauges and the processing histogram
-are `/stats`'s, read in one statement from the counter rows that every transition moves in its
-own transaction: one query per scrape, the same whichever gunicorn worker answers.
+Nothing is counted in process memory. Counters, per-queue gauges (the busiest 50 queues, the
+rest summed as `other`) and the processing histogram are `/stats`'s, read in one statement from
+the counter rows that every transition moves in its own transaction: one query per scrape, the
+same whichever gunicorn worker answers.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.http import HttpResponse
@@ -52,6 +53,33 @@ GAUGE_METRICS: dict[str, tuple[str, State]] = {
 # Always shown, even when idle, so sum() over the gauges is 0 rather than "no data".
 ALWAYS_SHOWN_QUEUE = "default"
 
+# Clients name queues, and each label value is a series Prometheus keeps: the busiest queues keep
+# a label of their own, every other queue is summed under OTHER_QUEUES.
+MAX_QUEUE_LABELS = 50
+OTHER_QUEUES = "other"
+
+
+def bounded_by_queue(
+    per_queue: Mapping[str, Mapping[str, int]], keep: int = MAX_QUEUE_LABELS
+) -> dict[str, dict[str, int]]:
+    """`{queue: {state: n}}` with at most `keep` queues of its own (the most live tasks first,
+    then by name) plus OTHER_QUEUES, which sums all the rest and any queue named "other" itself,
+    so no label value is ever shown twice. The sums over all queues are unchanged."""
+    named = sorted(
+        (q for q in per_queue if q != OTHER_QUEUES),
+        key=lambda q: (-sum(per_queue[q].values()), q),
+    )
+    bounded = {q: dict(per_queue[q]) for q in named[:keep]}
+    rest = named[keep:] + ([OTHER_QUEUES] if OTHER_QUEUES in per_queue else [])
+    if rest:
+        other: dict[str, int] = {}
+        for q in rest:
+            for state, n in per_queue[q].items():
+                other[state] = other.get(state, 0) + n
+        bounded[OTHER_QUEUES] = other
+    return bounded
+
+
 class BrokerCollector(Collector):
     """Builds every metric family from the database on each collect()."""
 
@@ -60,8 +88,7 @@ class BrokerCollector(Collector):
         totals = now["totals"]
         for name, (doc, parts) in COUNTER_METRICS.items():
             yield CounterMetricFamily(name, doc, value=sum(totals[p] for p in parts))
-        per_queue = now["queues"]
-        per_queue.setdefault(ALWAYS_SHOWN_QUEUE, {})
+        per_queue = bounded_by_queue({ALWAYS_SHOWN_QUEUE: {}, **now["queues"]})
         for name, (doc, state) in GAUGE_METRICS.items():
             family = GaugeMetricFamily(name, doc, labels=["queue"])
             for queue_name in sorted(per_queue):

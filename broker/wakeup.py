@@ -63,15 +63,27 @@ class Hub:
             self._waiters.append(waiter)
         return waiter
 
-    def unpark(self, waiter: Waiter) -> None:
-        """Remove a waiter; a wake it received but did not use goes to the next one."""
+    def take(self, waiter: Waiter) -> str | None:
+        """The queue of the wake `waiter` received since its last look (None: none came), handed
+        to the caller: the event is cleared, and a wake that comes later sets it again."""
+        with self._lock:
+            woken_for, waiter.woken_for = waiter.woken_for, None
+            waiter.event.clear()
+        return woken_for
+
+    def unpark(self, waiter: Waiter, unused: str | None = None) -> None:
+        """Remove a waiter. A wake it will not use goes to the next waiter of that queue: `unused`,
+        one it took but never claimed on (its client left, its claim raised), and any that came
+        after its last look. A NOTIFY is heard once: a wake dropped here strands a ready task."""
         with self._lock:
             try:
                 self._waiters.remove(waiter)
             except ValueError:
                 pass
-        if waiter.event.is_set() and waiter.woken_for is not None:
-            self.wake(waiter.woken_for, 1)
+            pending = [q for q in (unused, waiter.woken_for) if q is not None]
+            waiter.woken_for = None
+        for queue in pending:
+            self.wake(queue, 1)
 
     def wake(self, queue: str, count: int) -> int:
         """Wake up to `count` waiters that claim from `queue`; returns how many."""

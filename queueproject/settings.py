@@ -11,16 +11,16 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
-DEBUG = env.bool("DEBUG", default=True)
-# The development key only works with DEBUG on; production mode insists on a real one.
+# Off unless asked for (`make run` asks): an environment nobody set up is production, not dev.
+DEBUG = env.bool("DEBUG", default=False)
+# The public development key only ever with DEBUG on. With DEBUG off and no key, only what signs
+# (the web server: sessions, CSRF) refuses to start (broker.checks.require_secret_key); workers,
+# producers, migrate and createsuperuser sign nothing and run without one.
 SECRET_KEY = env.str("SECRET_KEY", default="") or (
     "dev-only-insecure-key-do-not-use-in-production" if DEBUG else ""
 )
-if not SECRET_KEY:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off.")
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
+# Never "*": a browser tricked by DNS rebinding would otherwise reach an open broker on localhost.
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 
 # Production mode is DEBUG off plus BROKER_HTTPS=1: TLS in front (gunicorn's certfile/keyfile,
 # or a proxy on a host in gunicorn's forwarded_allow_ips, which then sees https). Secure cookies,

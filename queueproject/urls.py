@@ -1,7 +1,11 @@
 """Routes: the JSON API at the root, admin for people; JSON 404/500 everywhere else."""
+
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
 from django.urls import include, path, re_path
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_safe
 
 from broker.api.schema import DocsView, SchemaView
 from broker.metrics import MetricsView
@@ -15,6 +19,33 @@ def server_error(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"error": "Internal error; it has been logged."}, status=500)
 
 
+# (key in the JSON answer, path, title, what is there): the same for people and for scripts.
+INDEX_LINKS = (
+    ("dashboard", "/dashboard/", "Dashboard", "Tasks per state and queue, rates, top errors."),
+    ("admin", "/admin/", "Admin", "Every task, the dead-letter queue, requeue and cancel."),
+    ("api_docs", "/api/docs/", "API docs", "The HTTP API in Swagger UI; try calls from there."),
+    ("api_schema", "/api/schema/", "API schema", "OpenAPI 3 (YAML; ?format=json for JSON)."),
+    ("metrics", "/metrics", "Metrics", "Prometheus text format."),
+    ("health", "/healthz", "Health", "200 while the database answers."),
+)
+
+
+@require_safe
+def index(request: HttpRequest) -> HttpResponse:
+    """GET /: where to go, as HTML for a browser and JSON for a script; reads no database, so it
+    is open even when BROKER_API_TOKENS is set."""
+    if request.get_preferred_type(["application/json", "text/html"]) == "text/html":
+        links = [{"href": href, "title": title, "about": about} for _, href, title, about in
+                 INDEX_LINKS]  # fmt: skip
+        response = HttpResponse(render_to_string("index.html", {"links": links}))
+    else:
+        response = JsonResponse(
+            {"name": "queue broker", "links": {key: href for key, href, _, _ in INDEX_LINKS}}
+        )
+    patch_vary_headers(response, ["Accept"])
+    return response
+
+
 # The API first, its hottest routes first: Django tries patterns in order on every request.
 urlpatterns = [
     path("", include("broker.api.urls")),
@@ -23,6 +54,7 @@ urlpatterns = [
     re_path(r"^api/schema/?$", SchemaView.as_view(), name="schema"),
     re_path(r"^api/docs/?$", DocsView.as_view(), name="docs"),
     path("metrics", MetricsView.as_view()),
+    path("", index, name="index"),
 ]
 
 handler404 = not_found

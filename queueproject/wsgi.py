@@ -7,6 +7,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueproject.settings")
 
 _human = get_wsgi_application()  # sets Django up; the full middleware stack
 
+from broker.checks import require_secret_key  # noqa: E402 -- needs Django set up
+
+# gunicorn and runserver refuse to start in production mode without a key.
+require_secret_key()
+
 from broker.api.wsgi import ApiHandler, dispatcher  # noqa: E402 -- needs Django set up
 
 application = dispatcher(ApiHandler(), _human)

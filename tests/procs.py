@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -85,6 +87,31 @@ class Proc:
         self._log.close()
 
 
+def self_signed_cert(tmp: Path) -> tuple[Path, Path]:
+    """A throwaway certificate and key for 127.0.0.1 (the openssl CLI; no Python dependency)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        import pytest
+
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    return cert, key
+
+
+def tls_client_context() -> ssl.SSLContext:
+    """Trusts anything: for the test's own self-signed broker on 127.0.0.1 only."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def http(
     method: str, url: str, body: Any = None, timeout: float = 10, headers: dict | None = None
 ) -> tuple[int, Any]:
@@ -94,8 +121,11 @@ def http(
     )
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    context = tls_client_context() if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 -- loopback only
+        with urllib.request.urlopen(  # noqa: S310 -- loopback only
+            req, timeout=timeout, context=context
+        ) as resp:
             raw = resp.read()
             return resp.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as err:
@@ -115,16 +145,20 @@ def wait_until(check: Any, timeout: float, interval: float = 0.05, what: str = "
 
 
 @contextmanager
-def gunicorn(db_url: str, tmp: Path, name: str = "broker", **env: str) -> Iterator[str]:
-    """A broker from gunicorn.conf.py on a free port; yields its base URL."""
+def gunicorn(
+    db_url: str, tmp: Path, name: str = "broker", tls: tuple[Path, Path] | None = None, **env: str
+) -> Iterator[str]:
+    """A broker from gunicorn.conf.py on a free port; yields its base URL (https:// when `tls`,
+    a (certfile, keyfile) pair, is given)."""
     port = free_port()
+    tls_args = ["--certfile", str(tls[0]), "--keyfile", str(tls[1])] if tls else []
     proc = Proc(
         [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}", "--workers",
-         env.pop("WORKERS", "2")],
+         env.pop("WORKERS", "2"), *tls_args],
         child_env(db_url, **env),
         tmp / f"{name}.log",
     )
-    base = f"http://127.0.0.1:{port}"
+    base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     try:
         wait_until(lambda: _healthy(base, proc), 30, 0.1, f"{name} to answer /healthz")
         yield base

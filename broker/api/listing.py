@@ -1,16 +1,18 @@
 """GET /jobs, /jobs/{id} and /dlq: newest first, keyset-paginated so a walk sees each task once."""
 from __future__ import annotations
 
-from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django.db.models import Count, F, QuerySet, Window
+from django.db.models.functions import Length, RowNumber, Substr
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from broker.api import parsing
 from broker.api.errors import ValidationFailed
-from broker.api.representation import listed_task
+from broker.api.representation import ShownError, listed_task
 from broker.exceptions import TaskNotFound
 from broker.models import Task, TaskError
 from broker.states import State
@@ -18,18 +20,74 @@ from contract.limits import DEFAULT_PAGE_SIZE as DEFAULT_LIMIT
 from contract.limits import MAX_PAGE_SIZE as MAX_LIMIT
 
 
-def _with_errors(tasks: list[Task]) -> list[dict[str, Any]]:
-    errors: dict[int, list[TaskError]] = defaultdict(list)
-    for error in TaskError.objects.filter(task_id__in=[t.pk for t in tasks]).order_by("id"):
-        errors[error.task_id].append(error)
-    return [listed_task(t, errors[t.pk]) for t in tasks]
+@dataclass(frozen=True)
+class Shown:
+    """How much of a task's error history one answer shows (what is kept is broker.queue's)."""
+
+    errors: int  # the newest this many errors
+    chars: int  # of each error text, and of last_error
+
+
+# A page of up to 500 tasks stays a few MB however long the histories: the latest errors say
+# what is going wrong now. One task shows a whole run at the largest max_attempts (100), each
+# error long enough for a full traceback.
+IN_LISTS = Shown(errors=5, chars=1024)
+FOR_ONE = Shown(errors=100, chars=16_384)
+
+
+def _with_errors(tasks: list[Task], shown: Shown) -> list[dict[str, Any]]:
+    errors = _newest_errors([t.pk for t in tasks], shown)
+    return [
+        listed_task(
+            t, *errors.get(t.pk, ([], 0)), last_error=(t.last_error_head, t.last_error_length or 0)
+        )
+        for t in tasks
+    ]
+
+
+def _newest_errors(ids: list[int], shown: Shown) -> dict[int, tuple[list[ShownError], int]]:
+    """task id → (its newest `shown.errors` errors, oldest first, cut; how many it has)."""
+    if not ids:
+        return {}
+    # Two steps, so only the rows shown are read in full: ranking every error of a task with
+    # its text would read each stored text whole, however many are left out.
+    ranked = (
+        TaskError.objects.filter(task_id__in=ids)
+        .annotate(
+            newest=Window(RowNumber(), partition_by=[F("task_id")], order_by=F("id").desc()),
+            in_all=Window(Count("id"), partition_by=[F("task_id")]),
+        )
+        .filter(newest__lte=shown.errors)
+        .values_list("id", "in_all")
+    )
+    counts = dict(ranked)
+    rows = (
+        TaskError.objects.filter(id__in=list(counts))
+        .annotate(head=Substr("error", 1, shown.chars), length=Length("error"))
+        .order_by("id")
+        .values_list("id", "task_id", "attempt", "at", "head", "length")
+    )
+    out: dict[int, tuple[list[ShownError], int]] = {}
+    for error_id, task_id, attempt, at, head, length in rows:
+        out.setdefault(task_id, ([], counts[error_id]))[0].append(
+            ShownError(attempt, at, head, length)
+        )
+    return out
+
+
+def _cut(tasks: QuerySet, shown: Shown) -> QuerySet:
+    """Tasks with last_error read cut to `shown.chars` (and its whole length), not whole."""
+    return tasks.defer("last_error").annotate(
+        last_error_head=Substr("last_error", 1, shown.chars),
+        last_error_length=Length("last_error"),
+    )
 
 
 def one_task(pk: int) -> dict[str, Any]:
-    task = Task.objects.filter(pk=pk).first()
+    task = _cut(Task.objects.filter(pk=pk), FOR_ONE).first()
     if task is None:
         raise TaskNotFound("No such task.")
-    return _with_errors([task])[0]
+    return _with_errors([task], FOR_ONE)[0]
 
 
 def list_tasks(
@@ -49,7 +107,7 @@ def list_tasks(
         raise ValidationFailed({"type": ["Not a job type name."]})
     limit = parsing.query_int(params, "limit", DEFAULT_LIMIT, minimum=1, cap=MAX_LIMIT)
     cursor = params.get("cursor")
-    qs = tasks.filter(**filters).order_by("-pk")
+    qs = _cut(tasks.filter(**filters), IN_LISTS).order_by("-pk")
     if cursor:
         after = parsing.task_id(cursor)
         if after is None:
@@ -63,4 +121,4 @@ def list_tasks(
         query = {k: v for k, v in params.items() if k != "cursor"}
         query["cursor"] = str(page[-1].pk)
         next_url = request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
-    return Response({"results": _with_errors(page), "next": next_url})
+    return Response({"results": _with_errors(page, IN_LISTS), "next": next_url})

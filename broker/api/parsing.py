@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_LEASE_MS", "DEFAULT_WAIT_MS", "MAX_JSON_DEPTH", "MAX_LEASE_MS", "MAX_WAIT_MS",
     "QUEUE_PATTERN", "StrictIntegerField", "StrictSerializer", "ValidationFailed", "task_id",
 ]
+from broker.exceptions import BrokerError
 
 MISSING: Any = object()
 
@@ -47,21 +49,36 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+# application/json, or any application/<name>+json (RFC 6839); parameters such as charset aside.
+_JSON_TYPE_RE = re.compile(r"application/(?:json|[!#$&^_.+\w-]+\+json)", re.ASCII)
+
+
+class NotJson(BrokerError):
+    """Request bodies are JSON: send Content-Type: application/json."""
+
+    status_code = 415
+
+
+def require_json_type(request: HttpRequest) -> None:
+    """415 unless the request's Content-Type is JSON or absent (absent is read as JSON).
+
+    Forms, multipart and text/plain are what a web page can send cross-site without asking
+    (CORS "simple requests"): refusing them keeps any page a person visits from enqueueing,
+    claiming or settling through a plain HTML form. Refused even with an empty body: an empty
+    form post to /jobs/claim would hand a task to a browser that drops it.
+    """
+    meta = getattr(request, "_request", request).META
+    given = (meta.get("CONTENT_TYPE") or "").split(";", 1)[0].strip().lower()
+    if given and not _JSON_TYPE_RE.fullmatch(given):
+        raise NotJson(
+            f"Request bodies must be JSON (Content-Type: application/json), not {given[:100]!r}."
+        )
 
 
 def read_json(request: HttpRequest, *, required: bool = True) -> Any:
-    """The body as JSON, whatever Content-Type says (curl -d sends a form type with JSON in it).
-
-    A real form body (a test client's default, an HTML form) is read as its fields.
-    """
+    """The body as JSON; 415 for a body of another type (see require_json_type)."""
+    require_json_type(request)
     raw = request.body
-    django_request = getattr(request, "_request", request)
-    if django_request.content_type in FORM_TYPES and raw.lstrip()[:1] not in (b"{", b"["):
-        fields = django_request.POST.dict()
-        if fields:
-            return fields
-        raw = b""
     if not raw.strip():
         if required:
             message = "A JSON body is required."
@@ -106,9 +123,13 @@ def parse_enqueue(data: Any) -> NewTask:
 def query_int(
     params: Any, name: str, default: int, *, minimum: int = 0, cap: int | None = None
 ) -> int:
-    """A non-negative integer query parameter; values above `cap` are capped, not refused."""
+    """A non-negative integer query parameter; values above `cap` are capped, not refused.
+
+    Absent means the default; given empty (`wait_ms=`) is a bad value like any non-integer, so a
+    client whose variable came out empty hears about it instead of getting the default.
+    """
     raw = params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     if not raw.isdigit() or not raw.isascii():
         raise ValidationFailed({name: ["Must be a non-negative integer."]})

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-from broker.models import Task, TaskError
+from broker.models import Task
 from broker.queue import Delivery
 from broker.states import PRIORITY_NAMES
 
@@ -41,14 +41,39 @@ def delivery(d: Delivery) -> dict[str, Any]:
     return {"task": claimed_task(d.task), "lease_id": d.lease_id, "deadline": timestamp(d.deadline)}
 
 
-def listed_task(task: Task, errors: list[TaskError]) -> dict[str, Any]:
+class ShownError(NamedTuple):
+    """One attempt's error as an answer shows it: the first characters of its text, and the
+    whole text's length in characters (more than the head's when it was cut)."""
+
+    attempt: int
+    at: datetime
+    head: str
+    length: int
+
+
+def _shown_error(e: ShownError) -> dict[str, Any]:
+    truncated = e.length > len(e.head)
+    shown: dict[str, Any] = {
+        "attempt": e.attempt, "at": timestamp(e.at), "error": e.head, "truncated": truncated
+    }
+    if truncated:
+        shown["length"] = e.length
+    return shown
+
+
+def listed_task(
+    task: Task, errors: list[ShownError], error_count: int, last_error: tuple[str | None, int]
+) -> dict[str, Any]:
+    """The task with the newest of its `error_count` errors, each as cut by the caller, and
+    `last_error` as (head, whole length); a cut text says so (`truncated`)."""
+    last_head, last_length = last_error
     body = claimed_task(task)
     body.update(
         state=task.state,
-        errors=[
-            {"attempt": e.attempt, "at": timestamp(e.at), "error": e.error} for e in errors
-        ],
-        last_error=task.last_error,
+        errors=[_shown_error(e) for e in errors],
+        error_count=error_count,
+        last_error=last_head,
+        last_error_truncated=last_head is not None and last_length > len(last_head),
         result=_json_text(task.result),
         updated_at=timestamp(task.updated_at),
         worker=task.worker,

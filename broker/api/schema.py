@@ -2,7 +2,7 @@
 
 Every operation is written out (`extend_schema(operation=...)`, attached through view
 extensions, so the views stay plain); `finish_schema` adds what every operation shares: the
-bearer security when BROKER_API_TOKENS is set, and the 401, 413, 414, 431 and 503 answers.
+bearer security when BROKER_API_TOKENS is set, and the 401, 413, 414, 415, 431 and 503 answers.
 """
 from __future__ import annotations
 
@@ -248,6 +248,10 @@ _UNAUTHORIZED = _answer(
     **{"WWW-Authenticate": {"schema": {"type": "string"}, "description": 'Bearer realm="broker"'}},
 )
 _TOO_LARGE = _error("The body is over BROKER_MAX_BODY_BYTES.")
+_NOT_JSON = _error(
+    "The body is not JSON: Content-Type must be application/json (any parameters) or "
+    "application/<anything>+json, or absent. Forms, multipart and text/plain change nothing."
+)
 _UNAVAILABLE = _error("The database cannot be reached; try again shortly.")
 # Answered by gunicorn itself, before the broker sees the request (still JSON).
 _URI_TOO_LONG = _error("The request line is over gunicorn's limit (limit_request_line, 4094).")
@@ -277,6 +281,7 @@ def finish_schema(result: Schema, generator: Any, request: Any, public: bool) ->
                 responses.setdefault("401", _UNAUTHORIZED)
             if "requestBody" in operation:
                 responses.setdefault("413", _TOO_LARGE)
+                responses.setdefault("415", _NOT_JSON)
             responses.setdefault("503", _UNAVAILABLE)
             responses.setdefault("414", _URI_TOO_LONG)
             responses.setdefault("431", _HEADERS_TOO_LARGE)

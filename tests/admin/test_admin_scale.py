@@ -143,7 +143,8 @@ def test_admin_pages__million_tasks__each_under_a_second(admin_client: Client) -
     pages = [
         TASKS, f"{TASKS}?state__exact=ready", f"{TASKS}?state__exact=dead", f"{TASKS}?queue=q3",
         f"{TASKS}?priority__exact=0", f"{TASKS}?type=-", f"{TASKS}?q=%23500000", f"{TASKS}?p=20",
-        DLQ, f"{DLQ}?queue=q3", f"{DLQ}?last_error__exact=error+kind+3",
+        f"{TASKS}?q=q3", f"{TASKS}?q=nosuchname",
+        DLQ, f"{DLQ}?queue=q3", f"{DLQ}?last_error__exact=error+kind+3", f"{DLQ}?q=q3",
         f"{TASKS}500000/change/", "/dashboard/data.json",
     ]  # fmt: skip
     slow = {}

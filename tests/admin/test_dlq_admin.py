@@ -109,6 +109,20 @@ def test_requeue_all_matching__search_term__only_matching_errors(
     assert set(_states(refused).values()) == {State.DEAD}
 
 
+def test_dlq_search__queue_name__lists_and_requeues_that_queues_dead_tasks(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    billing = dead(2, queue_name="billing")
+    mail = dead(1, queue_name="mail")
+
+    html = admin_client.get(DLQ, {"q": "billing"}).content.decode()
+    admin_client.post(f"{DLQ}?q=billing", {"action": "requeue_all_matching", "index": 0})
+
+    assert sorted(_listed_ids(html)) == sorted(billing)
+    assert set(_states(billing).values()) == {State.READY}
+    assert set(_states(mail).values()) == {State.DEAD}
+
+
 def test_requeue_all_matching__from_the_bottom_action_bar__uses_that_bars_choice(
     admin_client: Client, dead: Callable[..., list[int]]
 ) -> None:

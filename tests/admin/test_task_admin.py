@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from html import unescape
 
 import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from broker import queue
-from broker.models import Task
+from broker.models import Task, TaskError
 from broker.states import Priority, State
 
 TASKS = reverse("admin:broker_task_changelist")
@@ -133,6 +135,30 @@ def test_task_list__search__id_key_payload_and_error(
     assert not set(others) & set(_listed_ids(html))
 
 
+def test_task_list__search_queue_name__its_tasks_exactly(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    billing = [enqueue_task(queue="billing"), enqueue_task(queue="billing", type="send_email")]
+    enqueue_task(queue="billing-eu")  # a longer name is another queue
+    enqueue_task(queue="mail")
+
+    html = admin_client.get(TASKS, {"q": "billing"}).content.decode()
+
+    assert sorted(_listed_ids(html)) == sorted(billing)
+
+
+def test_task_list__search_job_type_name__its_tasks_in_every_queue(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    emails = [enqueue_task(type="send_email"), enqueue_task(queue="mail", type="send_email")]
+    enqueue_task(queue="mail", type="send_sms")
+    enqueue_task(queue="mail")
+
+    html = admin_client.get(TASKS, {"q": "send_email"}).content.decode()
+
+    assert sorted(_listed_ids(html)) == sorted(emails)
+
+
 def test_task_list__search_bare_number__the_task_with_that_id_and_text_matches(
     admin_client: Client, enqueue_task: Callable[..., int]
 ) -> None:
@@ -165,6 +191,28 @@ def test_task_page__payload_result_and_every_error_pretty_printed(
     assert "first: timeout" in html
     assert "second: &lt;refused&gt;" in raw  # escaped, not markup
     assert re.search(r"<td>1</td>.*first: timeout.*<td>2</td>.*second", html, re.S)
+
+
+def test_task_page__150_long_errors__newest_100_cut_and_said_so(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    pk = dead(1, error="last: " + "y" * 19_994)[0]
+    start = timezone.now() - timedelta(hours=1)
+    # Older history as kept across requeues, written straight in (a fixture, not a transition).
+    TaskError.objects.bulk_create(
+        TaskError(task_id=pk, attempt=1, at=start + timedelta(seconds=i),
+                  error=f"old {i:03} " + "x" * 19_992)
+        for i in range(149)
+    )  # fmt: skip
+    TaskError.objects.filter(task_id=pk, error__startswith="last").update(at=timezone.now())
+
+    response = admin_client.get(_change(pk))
+
+    html = response.content.decode()
+    assert "The newest 100 of 150 errors." in html
+    assert "old 048 " not in html and "old 049 " in html and "last: y" in html
+    assert html.count("[cut: 20000 characters in all]") == 100
+    assert len(response.content) < 2_500_000  # 150 whole errors would be 3 MB
 
 
 def test_task_page__read_only__no_save_and_a_post_changes_nothing(

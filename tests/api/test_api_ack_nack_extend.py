@@ -234,7 +234,9 @@ def test_extend__lease_in_body__200(api_client, held) -> None:
     assert r.status_code == 200
 
 
-@pytest.mark.parametrize("query", ["lease_ms=0", "lease_ms=-5", "lease_ms=1.5", "lease_ms=soon"])
+@pytest.mark.parametrize(
+    "query", ["lease_ms=0", "lease_ms=-5", "lease_ms=1.5", "lease_ms=soon", "lease_ms="]
+)
 def test_extend__bad_lease_ms__400(api_client, held, query: str) -> None:
     task_id, lease = held
     r = post(api_client, f"/jobs/{task_id}/extend?lease_id={lease}&{query}")

@@ -104,7 +104,8 @@ def test_claim__lease_ms_above_cap__deadline_five_minutes_out(api_client, enqueu
 @pytest.mark.parametrize(
     "query",
     ["wait_ms=-1", "wait_ms=1.5", "wait_ms=abc", "wait_ms=1e3", "wait_ms=+5", "lease_ms=-1",
-     "lease_ms=0", "lease_ms=2.0", "lease_ms=x", "wait_ms=%EF%BC%91"],
+     "lease_ms=0", "lease_ms=2.0", "lease_ms=x", "wait_ms=%EF%BC%91", "wait_ms=", "lease_ms=",
+     "wait_ms=&queue=default"],
 )
 def test_claim__bad_parameter__400_naming_it(api_client, enqueue, query: str) -> None:
     enqueue()

@@ -155,14 +155,6 @@ def test_enqueue__raw_utf8_body__unicode_payload_kept(api_client, task) -> None:
     assert task(r.json()["id"])["payload"] == text
 
 
-def test_enqueue__form_content_type__body_still_read_as_json(api_client, task) -> None:
-    r = api_client.post(
-        "/jobs", '{"payload": {"x": 1}}', content_type="application/x-www-form-urlencoded"
-    )
-    assert r.status_code == 201, r.content
-    assert task(r.json()["id"])["payload"] == {"x": 1}
-
-
 def test_enqueue__idempotency_key_repeated__200_same_id_nothing_created(api_client) -> None:
     first = post(api_client, "/jobs", {"payload": 1, "idempotency_key": "order-42"})
     again = post(api_client, "/jobs", {"payload": 2, "idempotency_key": "order-42"})

@@ -78,9 +78,10 @@ def test_list__bad_queue_or_type_filter__400(api_client, path: str, query: str) 
     assert r.status_code == 400
     assert list(r.json()["fields"]) == [query.split("=")[0]]
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=-1", "limit=x", "cursor=abc"])
-def test_list__bad_limit_or_cursor__400(api_client, query: str) -> None:
-    r = api_client.get(f"/jobs?{query}")
+@pytest.mark.parametrize("query", ["limit=0", "limit=-1", "limit=x", "limit=", "cursor=abc"])
+@pytest.mark.parametrize("path", ["/jobs", "/dlq"])
+def test_list__bad_limit_or_cursor__400(api_client, path: str, query: str) -> None:
+    r = api_client.get(f"{path}?{query}")
     assert r.status_code == 400
     assert list(r.json()["fields"]) == [query.split("=")[0]]
 

@@ -45,7 +45,10 @@ def test_contention__2000_tasks_50_producers_6_claimers__each_acked_once() -> No
                     continue
                 body = r.json()
                 task_id, lease = body["task"]["id"], body["lease_id"]
-                a = client.post(f"/jobs/{task_id}/ack?lease_id={lease}")
+                # A JSON body: the test client's default is a (multipart) form, which is a 415.
+                a = client.post(
+                    f"/jobs/{task_id}/ack?lease_id={lease}", content_type="application/json"
+                )
                 if a.status_code != 204:
                     errors.append(f"ack {task_id}: {a.status_code}")
                 with acked_lock:

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import gunicorn, http, manage, running, wait_until
+from tests.procs import (
+    gunicorn,
+    http,
+    manage,
+    running,
+    self_signed_cert,
+    tls_client_context,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.postgres]
 
@@ -73,6 +81,53 @@ def test_wake__client_disconnects_while_parked__never_handed_the_task(
         assert got["task"]["attempts"] == 1
         stats = http("GET", f"{b}/stats")[1]
         assert stats["totals"]["delivered"] == 1
+
+
+def test_wake__tls_client_disconnects_while_parked__never_handed_the_task(
+    db_url: str, tmp_path: Path
+) -> None:
+    with gunicorn(db_url, tmp_path, "tls", tls=self_signed_cert(tmp_path), WORKERS="1") as b:
+        port = int(b.rsplit(":", 1)[1])
+        raw = socket.create_connection(("127.0.0.1", port))
+        sock = tls_client_context().wrap_socket(raw, server_hostname="127.0.0.1")
+        sock.sendall(b"GET /jobs/next?wait_ms=20000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(0.5)
+        sock.close()
+        time.sleep(0.8)  # past the parked claim's next look at its socket (every 0.5 s)
+        status, body = http("POST", f"{b}/jobs", {"payload": "for a live worker"})
+        assert status == 201
+        time.sleep(0.5)
+        status, got = http("GET", f"{b}/jobs/next?wait_ms=2000")
+        assert status == 200, "the task went to the worker that had hung up"
+        assert got["task"]["id"] == body["id"]
+        assert got["task"]["attempts"] == 1
+        assert http("GET", f"{b}/stats")[1]["totals"]["delivered"] == 1
+
+
+def test_wake__first_parked_claimer_hung_up__next_claimer_gets_the_task_at_once(
+    db_url: str, tmp_path: Path
+) -> None:
+    with gunicorn(db_url, tmp_path, "b", WORKERS="1") as b:
+        port = int(b.rsplit(":", 1)[1])
+        for i in range(3):
+            gone = socket.create_connection(("127.0.0.1", port))
+            gone.sendall(b"GET /jobs/next?wait_ms=20000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            time.sleep(0.3)  # parked first: the wake-up goes to it
+            out: dict = {}
+            t = _park(b, out, wait_ms=5000)
+            time.sleep(0.3)
+            # Hang up and enqueue at once: the first claim notices it is gone only when woken
+            # (its socket check runs every 0.5 s), and must hand the wake-up on.
+            gone.close()
+            start = time.monotonic()
+            status, body = http("POST", f"{b}/jobs", {"payload": i})
+            assert status == 201
+            t.join(15)
+            assert out["status"] == 200, (i, out)
+            assert out["body"]["task"]["id"] == body["id"]
+            assert out["at"] - start < 1.0, f"round {i}: woken after {out['at'] - start:.2f} s"
+            lease = out["body"]["lease_id"]
+            assert http("POST", f"{b}/jobs/{body['id']}/ack?lease_id={lease}")[0] == 204
 
 
 def test_wake__200_parked_claimers__enqueue_and_ack_stay_fast(db_url: str, tmp_path: Path) -> None:

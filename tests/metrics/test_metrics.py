@@ -187,3 +187,20 @@ def test_metrics__tokens_set__401_without_bearer_200_with() -> None:
     assert response.status_code == 401
     assert response.json() == {"error": "Missing or wrong bearer token."}
     assert "jobs_enqueued_total" in {n for n, _ in scrape(HTTP_AUTHORIZATION="Bearer scrape-token")}
+
+
+def test_metrics__queues_beyond_the_label_bound__busiest_own_rest_as_other() -> None:
+    own_labels = 50  # as the README says
+
+    for i in range(own_labels + 10):
+        for _ in range(2 if i < own_labels else 1):
+            enqueue(f"tenant-{i:03}")
+
+    samples = scrape()
+
+    shown = {dict(labels)["queue"] for name, labels in samples if name == "queue_pending_jobs"}
+    assert len(shown) == own_labels + 1
+    assert "tenant-000" in shown and "tenant-055" not in shown
+    assert value(samples, "queue_pending_jobs", queue="other") == 10
+    pending = sum(v for (name, _), v in samples.items() if name == "queue_pending_jobs")
+    assert pending == queue.gauges()[0]["ready"] == 2 * own_labels + 10
