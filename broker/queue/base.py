@@ -16,10 +16,11 @@ from broker.states import backoff_ms
 
 LEASE_EXPIRED = "lease expired"
 NO_ERROR_GIVEN = "nacked without an error message"
-# An error is kept up to this many characters (its end: where it was raised), however long the
-# worker's report; with the history bounded on requeue, a task's errors stay bounded.
-MAX_KEPT_ERROR_CHARS = 16_384
-TRUNCATED = "[truncated] "
+# An error is kept up to this many characters (its start: a django task's error names the
+# exception's class on its first line), however long the worker's report; with the history bounded
+# on requeue, a task's errors stay bounded. Answers cut them shorter still (api/listing.py).
+MAX_KEPT_ERROR_CHARS = 65_536
+TRUNCATED = " [truncated]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +85,11 @@ def storable(text: str) -> str:
 
 
 def kept_error(error: str | None) -> str:
-    """A nack's error as stored: storable, at most MAX_KEPT_ERROR_CHARS (its end kept)."""
+    """A nack's error as stored: storable, at most MAX_KEPT_ERROR_CHARS (its start kept)."""
     if not error:
         return NO_ERROR_GIVEN
     if len(error) > MAX_KEPT_ERROR_CHARS:
-        error = TRUNCATED + error[-(MAX_KEPT_ERROR_CHARS - len(TRUNCATED)) :]
+        error = error[: MAX_KEPT_ERROR_CHARS - len(TRUNCATED)] + TRUNCATED
     return storable(error)
 
 
