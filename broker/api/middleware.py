@@ -11,7 +11,8 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
-from broker.api.errors import UNAVAILABLE, json_error
+from broker.api.errors import error_response, json_error
+from broker.exceptions import DatabaseUnavailable, InternalError
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,9 @@ class JsonErrorMiddleware:
             return None
         if isinstance(exc, DatabaseError):
             log.warning("database error answered with 503: %s", exc)
-            return json_error(503, UNAVAILABLE)
+            return error_response(DatabaseUnavailable())
         log.exception("unhandled error on %s %s", request.method, request.path_info)
-        return json_error(500, "Internal error; it has been logged.")
+        return error_response(InternalError())
 
 
 class BodyLimitMiddleware:

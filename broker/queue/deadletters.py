@@ -36,7 +36,7 @@ def cancel(task_id: int) -> None:
             .first()
         )
         if row is None:
-            raise TaskNotFound("No such task.")
+            raise TaskNotFound()
         state, queue_name, attempts = row
         if state not in sources:
             raise InvalidTransition(f"The task is already {state}.")
