@@ -71,7 +71,7 @@ class Prefetcher:
         self._reserved = 0  # the max of claims in flight: tasks that may arrive
         self._outbox: list[Outcome] = []
         self._oldest = 0.0  # when the oldest outcome in the outbox was queued
-        self._parked = 0  # pumps in a claim that may wait
+        self._parked = 0  # pumps in a claim that may wait for work
         self._answered = 0.0  # when a claim last brought tasks
         self._claim_after = 0.0  # after a refused claim, no claim before this
         self._failures = 0
@@ -136,14 +136,17 @@ class Prefetcher:
                     self._pumps.notify_all()  # the other pump may be waiting for this end too
                     return
                 outcomes, max_n, wait_ms = action
+                # The one claim that may wait for work: any that waits, or carries nothing
+                # (with --wait-ms 0, one pump polls, not both).
+                parks = bool(max_n and (wait_ms or not outcomes))
                 self._reserved += max_n
-                self._parked += wait_ms > 0
+                self._parked += parks
             deliveries, again = self._exchange(outcomes, max_n, wait_ms)
             for delivery in deliveries:
                 self._heartbeat.hold(delivery["task"]["id"], delivery["lease_id"])
             with self._lock:
                 self._reserved -= max_n
-                self._parked -= wait_ms > 0
+                self._parked -= parks
                 if deliveries:
                     self._ready.extend(deliveries)
                     self._answered = time.monotonic()

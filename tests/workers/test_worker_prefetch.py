@@ -150,16 +150,18 @@ def test_prefetch__task_ends_while_a_claim_is_parked__acked_at_once(
     assert fake_broker.parked == 1  # the parked claim was not cut to carry it
 
 
+@pytest.mark.parametrize(("concurrency", "prefetch", "max_n"), [(3, 4, 12), (50, 4, 100)])
 def test_prefetch__one_idle_worker__one_parked_claim(
-    fake_broker: FakeBroker, make_runner: MakeRunner
+    fake_broker: FakeBroker, make_runner: MakeRunner, concurrency: int, prefetch: int, max_n: int
 ) -> None:
-    make_runner(concurrency=3, prefetch=4)
+    make_runner(concurrency=concurrency, prefetch=prefetch)
 
     assert wait_until(lambda: fake_broker.parked == 1)
     time.sleep(0.2)
+    # One claim parks (at most 100 asked at once); the other pump stays free to settle.
     assert (fake_broker.claims, fake_broker.parked) == (1, 1)
-    ((acks, nacks, max_n, wait_ms),) = fake_broker.settle_claims
-    assert (acks, nacks, max_n, wait_ms) == ([], [], 12, 20000)
+    ((acks, nacks, asked, wait_ms),) = fake_broker.settle_claims
+    assert (acks, nacks, asked, wait_ms) == ([], [], max_n, 20000)
 
 
 def test_prefetch__quick_task_beside_slow_one__its_ack_goes_within_the_linger(
