@@ -21,6 +21,14 @@ class TaskNotFound(BrokerError):
     status_code = 404
 
 
+class TaskNotHeld(TaskNotFound):
+    """The task is not handed out (unknown, reclaimed, cancelled or finished)."""
+
+
+class NotInDeadLetterQueue(TaskNotFound):
+    """The task is not in the dead-letter queue."""
+
+
 class LeaseMismatch(BrokerError):
     """The task is handed out under another lease."""
 

@@ -1,16 +1,14 @@
 """GET /metrics: Prometheus text read from the database at scrape time, so every process agrees.
 
-Nothing is counted in process memory. The counters are the lifetime counters of `/stats` (summed
-over their shards), the gauges are `/stats`'s live-state counts per queue, and the processing
-histogram is kept in the same counter shards, bumped by the ack/nack transaction itself. Two
-queries per scrape, whichever gunicorn worker answers.
+Nothing is counted in process memory. Counters, per-queue gauges and the processing histogram
+are `/stats`'s, read in one statement from the counter rows that every transition moves in its
+own transaction: one query per scrape, the same whichever gunicorn worker answers.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import Sum
 from django.http import HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -27,25 +25,21 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from broker import queue
-from broker.models import DURATION_BUCKETS, CounterShard
+from broker.models import DURATION_BUCKETS
 from broker.states import COUNTERS, State
 
-# metric name (without _total): (help, the /stats totals it adds up)
+# API.md fixes these metric names; every other counter is jobs_<counter>_total.
+_RENAMED = {"acked": "jobs_completed", "buried": "jobs_dead_lettered"}
+
+# metric name (without _total): (help, the /stats totals it adds up), from states.COUNTERS.
 COUNTER_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "jobs_enqueued": ("Tasks enqueued (totals.enqueued).", ("enqueued",)),
-    "jobs_delivered": ("Tasks handed out to a worker (totals.delivered).", ("delivered",)),
-    "jobs_completed": ("Tasks acked (totals.acked).", ("acked",)),
-    "jobs_failed": (
-        "Failed deliveries: nacks plus expired leases (totals.nacked + totals.reclaimed).",
-        ("nacked", "reclaimed"),
-    ),
-    "jobs_nacked": ("Tasks nacked by a worker (totals.nacked).", ("nacked",)),
-    "jobs_reclaimed": ("Leases that expired (totals.reclaimed).", ("reclaimed",)),
-    "jobs_retried": ("Failures sent back for a retry (totals.retried).", ("retried",)),
-    "jobs_dead_lettered": ("Tasks moved to the dead-letter queue (totals.buried).", ("buried",)),
-    "jobs_requeued": ("Tasks requeued out of the DLQ (totals.requeued).", ("requeued",)),
-    "jobs_cancelled": ("Tasks cancelled (totals.cancelled).", ("cancelled",)),
+    _RENAMED.get(name, f"jobs_{name}"): (f"{doc[:-1]} (totals.{name}).", (name,))
+    for name, doc in COUNTERS.items()
 }
+COUNTER_METRICS["jobs_failed"] = (
+    "Failed deliveries: nacks plus expired leases (totals.nacked + totals.reclaimed).",
+    ("nacked", "reclaimed"),
+)
 
 # metric name: (help, state); labelled by queue
 GAUGE_METRICS: dict[str, tuple[str, State]] = {
@@ -58,30 +52,22 @@ GAUGE_METRICS: dict[str, tuple[str, State]] = {
 # Always shown, even when idle, so sum() over the gauges is 0 rather than "no data".
 ALWAYS_SHOWN_QUEUE = "default"
 
-_SUMMED = (*COUNTERS, *(name for _, name in DURATION_BUCKETS), "dur_sum_us")
-
-
-def shard_sums() -> dict[str, int]:
-    """Every counter and histogram column, summed over the shards, in one query."""
-    sums = CounterShard.objects.aggregate(**{name: Sum(name) for name in _SUMMED})
-    return {name: sums[name] or 0 for name in _SUMMED}
-
-
 class BrokerCollector(Collector):
     """Builds every metric family from the database on each collect()."""
 
     def collect(self) -> Iterator[Metric]:
-        sums = shard_sums()
+        now = queue.stats()  # one snapshot: counters, gauges and histogram agree
+        totals = now["totals"]
         for name, (doc, parts) in COUNTER_METRICS.items():
-            yield CounterMetricFamily(name, doc, value=sum(sums[p] for p in parts))
-        _, per_queue = queue.gauges()
+            yield CounterMetricFamily(name, doc, value=sum(totals[p] for p in parts))
+        per_queue = now["queues"]
         per_queue.setdefault(ALWAYS_SHOWN_QUEUE, {})
         for name, (doc, state) in GAUGE_METRICS.items():
             family = GaugeMetricFamily(name, doc, labels=["queue"])
             for queue_name in sorted(per_queue):
                 family.add_metric([queue_name], per_queue[queue_name].get(state, 0))
             yield family
-        yield _histogram(sums)
+        yield _histogram(now["histogram"])
 
 
 def _histogram(sums: dict[str, int]) -> HistogramMetricFamily:

@@ -6,7 +6,7 @@ from datetime import datetime
 from django.db import models
 from django.db.models import Q
 
-from broker.states import Priority, State
+from broker.states import COUNTERS, GAUGE_STATES, Priority, State
 
 COUNTER_SHARDS = 16
 
@@ -116,47 +116,48 @@ class TaskError(models.Model):
         return f"task {self.task_id} attempt {self.attempt}: {self.error[:60]}"
 
 
-class CounterShard(models.Model):
-    """One shard of the lifetime counters; the totals are the sum over all shards.
+def _counter_columns(model: type[models.Model]) -> None:
+    """Give a counter model one BigIntegerField per counter, gauge and histogram column."""
+    for column in COUNTER_COLUMNS:
+        model.add_to_class(column, models.BigIntegerField(default=0, db_default=0))
 
-    Sharded so that concurrent transitions do not queue up behind one hot row lock.
+
+class QueueCounter(models.Model):
+    """One shard of one queue's counters: lifetime totals, live-state gauges, the histogram.
+
+    Totals and gauges are sums over a queue's shards (and any CounterDelta rows): every
+    transition moves its tasks and its row here in one transaction, so both read in one
+    statement always agree. Sharded so that concurrent moves in one queue do not queue up behind
+    one row lock; a shard's gauge may go negative, only the sum means anything.
     """
 
-    shard = models.SmallIntegerField(primary_key=True)
-    enqueued = models.BigIntegerField(default=0)
-    delivered = models.BigIntegerField(default=0)
-    acked = models.BigIntegerField(default=0)
-    nacked = models.BigIntegerField(default=0)
-    reclaimed = models.BigIntegerField(default=0)
-    retried = models.BigIntegerField(default=0)
-    buried = models.BigIntegerField(default=0)
-    requeued = models.BigIntegerField(default=0)
-    cancelled = models.BigIntegerField(default=0)
-    # job_processing_duration_seconds (claim to ack/nack): one column per histogram bucket, NOT
-    # cumulative (an observation bumps exactly one), moved by the ack/nack's own counter update.
-    dur_le_5ms = models.BigIntegerField(default=0)
-    dur_le_10ms = models.BigIntegerField(default=0)
-    dur_le_25ms = models.BigIntegerField(default=0)
-    dur_le_50ms = models.BigIntegerField(default=0)
-    dur_le_100ms = models.BigIntegerField(default=0)
-    dur_le_250ms = models.BigIntegerField(default=0)
-    dur_le_500ms = models.BigIntegerField(default=0)
-    dur_le_1s = models.BigIntegerField(default=0)
-    dur_le_2500ms = models.BigIntegerField(default=0)
-    dur_le_5s = models.BigIntegerField(default=0)
-    dur_le_10s = models.BigIntegerField(default=0)
-    dur_le_30s = models.BigIntegerField(default=0)
-    dur_le_60s = models.BigIntegerField(default=0)
-    dur_le_120s = models.BigIntegerField(default=0)
-    dur_le_300s = models.BigIntegerField(default=0)
-    dur_le_inf = models.BigIntegerField(default=0)
-    dur_sum_us = models.BigIntegerField(default=0)  # microseconds: integer sums stay exact
+    queue = models.CharField(max_length=64)
+    shard = models.SmallIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "shard"], name="queuecounter_queue_shard")
+        ]
 
     def __str__(self) -> str:
-        return f"counter shard {self.shard}"
+        return f"counters of {self.queue} shard {self.shard}"
 
 
-# (upper bound in seconds, CounterShard column) for each histogram bucket, in order.
+class CounterDelta(models.Model):
+    """Counter moves made inside a caller's transaction (broker.enqueue, django.tasks).
+
+    Appended, never updated: a caller's transaction may last long, and an UPDATE of a shared
+    counter row would hold that row's lock until it ends, stalling or deadlocking other moves.
+    The sweeper folds these into QueueCounter.
+    """
+
+    queue = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"counter delta {self.pk} of {self.queue}"
+
+
+# (upper bound in seconds, counter column) for each histogram bucket, in order.
 DURATION_BUCKETS: tuple[tuple[float, str], ...] = (
     (0.005, "dur_le_5ms"),
     (0.01, "dur_le_10ms"),
@@ -175,6 +176,18 @@ DURATION_BUCKETS: tuple[tuple[float, str], ...] = (
     (300.0, "dur_le_300s"),
     (float("inf"), "dur_le_inf"),
 )
+
+
+# Every column a counter row holds, in table order: the lifetime counters, the live-state gauges
+# (named after their states), then the processing-time histogram.
+COUNTER_COLUMNS: tuple[str, ...] = (
+    *COUNTERS,
+    *(state.value for state in GAUGE_STATES),
+    *(column for _, column in DURATION_BUCKETS),
+    "dur_sum_us",  # microseconds: integer sums stay exact
+)
+_counter_columns(QueueCounter)
+_counter_columns(CounterDelta)
 
 
 class DeadTaskManager(models.Manager.from_queryset(TaskQuerySet)):  # type: ignore[misc]

@@ -27,17 +27,20 @@ class State(models.TextChoices):
 GAUGE_STATES = (State.READY, State.HANDED_OUT, State.DELAYED, State.DEAD)
 FINISHED_STATES = (State.DONE, State.CANCELLED)
 
-COUNTERS = (
-    "enqueued",
-    "delivered",
-    "acked",
-    "nacked",
-    "reclaimed",
-    "retried",
-    "buried",
-    "requeued",
-    "cancelled",
-)
+# Lifetime counters: name → what it counts. The counter rows, the SQL that moves them, /stats
+# totals, the OpenAPI schema and /metrics are all built from this table: a new counter is one line
+# here (and its use in TRANSITIONS), plus the migration that adds its column.
+COUNTERS: dict[str, str] = {
+    "enqueued": "Tasks enqueued.",
+    "delivered": "Tasks handed out to a worker.",
+    "acked": "Tasks acked.",
+    "nacked": "Tasks nacked by a worker.",
+    "reclaimed": "Leases that expired.",
+    "retried": "Failures sent back for a retry.",
+    "buried": "Tasks moved to the dead-letter queue.",
+    "requeued": "Tasks requeued out of the dead-letter queue.",
+    "cancelled": "Tasks cancelled.",
+}
 
 # event: (from states, to state, counters moved). nack and reclaim fork on attempts left:
 # the "retry" and "bury" halves each move their own counter as well.

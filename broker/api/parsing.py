@@ -310,6 +310,10 @@ def queue_list(raw: str | list[str] | None, name: str = "queue") -> list[str] | 
     return [q.strip() for q in names] or None
 
 
+def is_queue_name(name: str) -> bool:
+    return _QUEUE_RE.fullmatch(name) is not None
+
+
 def queue_name(raw: str, name: str = "queue") -> str:
     """One queue name from a query string; 400 unless it matches QUEUE_PATTERN."""
     if not _QUEUE_RE.fullmatch(raw):

@@ -127,8 +127,8 @@ class TaskView(BrokerView):
 
 class StatsView(BrokerView):
     def get(self, request: Request) -> Response:
-        overall, per_queue = queue.gauges()
-        return Response({**overall, "totals": queue.totals(), "queues": per_queue})
+        now = queue.stats()  # one snapshot: the gauges always add up to the totals
+        return Response({**now["gauges"], "totals": now["totals"], "queues": now["queues"]})
 
 
 class DeadLetterView(BrokerView):

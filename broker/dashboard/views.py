@@ -64,8 +64,8 @@ def data(request: HttpRequest) -> JsonResponse:
 
 def snapshot() -> dict[str, Any]:
     """Gauges, lifetime totals, the invariant, the oldest ready task's age and the top errors."""
-    overall, per_queue = queue.gauges()
-    totals = queue.totals()
+    counts = queue.stats()  # one snapshot
+    overall, per_queue, totals = counts["gauges"], counts["queues"], counts["totals"]
     now = timezone.now()
     failed = totals["nacked"] + totals["reclaimed"]
     settled = totals["retried"] + totals["buried"]

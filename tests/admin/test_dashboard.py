@@ -94,13 +94,14 @@ def test_data__numbers__equal_the_stats_endpoint(
 def test_data__invariant_broken__reported_unhealthy(admin_client: Client) -> None:
     from django.db.models import F
 
-    from broker.models import CounterShard
+    from broker.models import QueueCounter
 
-    CounterShard.objects.get_or_create(shard=0)
+    row = {"queue": "default", "shard": 0}
+    QueueCounter.objects.get_or_create(**row)
     # A counter moved without its partner (what a transition outside broker.queue could do).
-    CounterShard.objects.filter(shard=0).update(nacked=F("nacked") + 1)
+    QueueCounter.objects.filter(**row).update(nacked=F("nacked") + 1)
     snap = admin_client.get(DATA).json()
-    CounterShard.objects.filter(shard=0).update(retried=F("retried") + 1)  # consistent again
+    QueueCounter.objects.filter(**row).update(retried=F("retried") + 1)  # consistent again
     assert snap["invariant"]["healthy"] is False
 
 

@@ -9,7 +9,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from broker import pgsql, queue
+from broker import queue
+from broker.queue import sql
+from broker.states import PRIORITY_NAMES
 from tests.jobs.conftest import post
 
 pytestmark = pytest.mark.django_db
@@ -118,7 +120,7 @@ def test_claim_pg__priority_then_oldest_first_single_and_batch(enqueue, claim) -
     singles = [claim() for _ in range(10)]
     assert [(d["task"]["id"], d["task"]["priority"]) for d in singles] == order[:10]
     batch = queue.claim(None, 30_000, limit=100)
-    assert [(str(d.task.pk), d.task.get_priority_display()) for d in batch] == order[10:]
+    assert [(str(d.task.pk), PRIORITY_NAMES[d.task.priority]) for d in batch] == order[10:]
 
 
 def _insert(state: str, n: int) -> None:
@@ -138,12 +140,12 @@ def _analyze() -> None:
         cursor.execute("ANALYZE broker_task")
 
 
-def _plan(sql: str, queues: list[str] | None) -> str:
+def _plan(statement: str, queues: list[str] | None) -> str:
     now = timezone.now()
     params = {"queues": queues, "queue": queues[0] if queues else None, "limit": 1,
               "lease_id": "x" * 32, "deadline": now, "now": now, "worker": None, "shard": 0}
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + sql, params)
+        cursor.execute("EXPLAIN " + statement, params)
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
@@ -167,7 +169,7 @@ def test_claim_pg__many_done_rows__plan_uses_the_partial_claim_index(enqueue) ->
     _insert("done", 20_000)
     _insert("ready", 300)
     _analyze()
-    assert_claim_index_only(_plan(pgsql.CLAIM_ANY, None))
+    assert_claim_index_only(_plan(sql.CLAIM_ANY, None))
 
 
 @pytest.mark.postgres
@@ -178,7 +180,7 @@ def test_claim_pg__burst_after_analyze__plan_still_uses_the_claim_index(enqueue)
     _insert("done", 20_000)
     _analyze()
     _insert("ready", 2_000)
-    assert_claim_index_only(_plan(pgsql.CLAIM_ANY, None))
+    assert_claim_index_only(_plan(sql.CLAIM_ANY, None))
 
 
 @pytest.mark.postgres
@@ -191,5 +193,19 @@ def test_claim_pg__one_queue_of_many__plan_reads_the_queue_claim_index_in_order(
     # One queue with work in it: read in claim order straight from the per-queue index, with
     # no sort of that queue's ready rows. (For a queue of one or two ready rows the planner may
     # as well take the live-state index and sort them: either is one short scan.)
-    plan = _plan(pgsql.CLAIM_ONE_QUEUE, ["q1"])
+    plan = _plan(sql.CLAIM_ONE_QUEUE, ["q1"])
     assert_claim_index_only(plan, "task_claim_queue_idx")
+
+
+@pytest.mark.postgres
+def test_claim_pg__two_queues_beside_a_big_backlog__each_queue_read_by_its_index(enqueue) -> None:
+    # Two empty queues asked for while 300k... here 3 000 ready wait in other queues: each asked
+    # queue is one short range of the per-queue index, never a walk over the others' ready rows.
+    _insert("done", 20_000)
+    _insert("ready", 3_000)  # q0..q4
+    _analyze()
+    plan = _plan(sql.CLAIM_QUEUES, ["empty_a", "empty_b"])
+    pick = _pick(plan)
+    assert "Index Scan using task_claim_queue_idx on broker_task" in pick, plan
+    assert "Seq Scan on broker_task" not in pick, plan
+    assert "task_claim_idx " not in pick, plan

@@ -41,7 +41,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(queue, "timezone", SimpleNamespace(now=c.now))
+    monkeypatch.setattr(queue.base, "timezone", SimpleNamespace(now=c.now))
     return c
 
 

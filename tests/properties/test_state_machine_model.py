@@ -27,8 +27,8 @@ from hypothesis.stateful import (
 )
 
 from broker import queue
-from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound
-from broker.models import CounterShard, Task, TaskError
+from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound, TaskNotHeld
+from broker.models import CounterDelta, QueueCounter, Task, TaskError
 from broker.queue import NewTask
 from broker.states import COUNTERS, GAUGE_STATES, State
 
@@ -60,7 +60,8 @@ class TaskMachine(RuleBasedStateMachine):
         # A fresh start per example (inside the test's transaction): no tasks, no counters.
         TaskError.objects.all().delete()
         Task.objects.all().delete()
-        CounterShard.objects.all().delete()
+        QueueCounter.objects.all().delete()
+        CounterDelta.objects.all().delete()
         self.tasks: dict[int, Model] = {}
         self.counters: Counter[str] = Counter()
 
@@ -159,7 +160,7 @@ class TaskMachine(RuleBasedStateMachine):
         t = self.tasks[pk]
         items = [(pk, t.lease or "", None), (pk, t.lease or "", None), (None, "x", None)]
         statuses = (queue.ack_many if ack else queue.nack_many)(items)
-        assert statuses == [204, 404, 404]
+        assert statuses == [None, TaskNotHeld, TaskNotHeld]
         if ack:
             t.state = State.DONE
             t.old_leases.append(t.lease or "")

@@ -61,5 +61,5 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """Time travel for `broker.queue` only: leases expire and backoffs end without sleeping."""
     c = Clock()
-    monkeypatch.setattr(queue, "timezone", SimpleNamespace(now=c.now))
+    monkeypatch.setattr(queue.base, "timezone", SimpleNamespace(now=c.now))
     return c

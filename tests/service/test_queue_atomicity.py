@@ -13,7 +13,7 @@ import pytest
 from django.db import DatabaseError, connection
 
 from broker import queue
-from broker.models import CounterShard, Task, TaskError
+from broker.models import QueueCounter, Task, TaskError
 from broker.queue import NewTask
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,7 +95,7 @@ def _prepare(op: str) -> Callable[[], object]:
 def test_move__counter_write_fails__task_and_counters_unchanged(op: str, refuse_writes) -> None:
     move = _prepare(op)
     before = snapshot()
-    refuse_writes(CounterShard)
+    refuse_writes(QueueCounter)
     with pytest.raises(DatabaseError):
         move()
     assert snapshot() == before

@@ -150,3 +150,25 @@ def test_requeue_many__only_dead_counted(task_in, moved) -> None:
     assert after.pop("requeued") == 2
     assert after == before
     assert Task.objects.get(pk=done).updated_at <= timezone.now()
+
+
+def test_requeue__long_history__newest_100_errors_kept(enqueue_task, claim_one, clock) -> None:
+    pk = enqueue_task(max_attempts=60)
+    for round_ in range(2):
+        for attempt in range(60):
+            queue.nack(pk, lease_id=claim_one().lease_id, error=f"r{round_} a{attempt}")
+            clock.advance(120_000)
+            queue.promote_delayed()
+        queue.requeue(pk)
+    kept = list(TaskError.objects.filter(task_id=pk).order_by("id").values_list("error", flat=True))
+    assert len(kept) == 100
+    assert kept[0] == "r0 a20" and kept[-1] == "r1 a59"
+
+
+def test_nack__huge_error__kept_bounded_with_its_end(enqueue_task, claim_one) -> None:
+    pk = enqueue_task()
+    error = "start " + "x" * 300_000 + " raised here"
+    queue.nack(pk, lease_id=claim_one().lease_id, error=error)
+    kept = Task.objects.get(pk=pk).last_error
+    assert len(kept) <= 16_384 and kept.endswith(" raised here") and "truncated" in kept
+    assert TaskError.objects.get(task_id=pk).error == kept

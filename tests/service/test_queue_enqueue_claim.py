@@ -76,7 +76,7 @@ def test_claim__ready__handed_out_under_a_lease(enqueue_task, moved: Moved) -> N
     assert task.lease_deadline == d.deadline
     assert before + timedelta(seconds=10) <= d.deadline <= after + timedelta(seconds=10)
     assert before <= task.claimed_at <= after
-    assert (d.task.state, d.task.attempts) == (State.HANDED_OUT, 1)
+    assert (task.state, d.task.attempts) == (State.HANDED_OUT, 1)
     assert moved() == {"enqueued": 1, "delivered": 1}
 
 

@@ -137,3 +137,22 @@ def test_gauges__count_live_states_overall_and_per_queue(enqueue_task, claim_one
         "a": {"ready": 1, "handed_out": 1, "delayed": 0, "dead": 0},
         "b": {"ready": 0, "handed_out": 0, "delayed": 1, "dead": 0},
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sweep__enqueued_inside_a_caller_transaction__counts_folded_totals_unchanged() -> None:
+    from django.db import transaction
+
+    import broker
+    from broker.models import CounterDelta
+
+    with transaction.atomic():
+        broker.enqueue({"n": 1}, queue="app")
+        broker.enqueue({"n": 2}, queue="app", delay_ms=60_000)
+    before = queue.stats()
+    assert before["totals"]["enqueued"] == 2
+    assert before["queues"]["app"] == {"ready": 1, "handed_out": 0, "delayed": 1, "dead": 0}
+    assert CounterDelta.objects.count() > 0
+    sweep_once()
+    assert CounterDelta.objects.count() == 0
+    assert queue.stats() == before

@@ -22,7 +22,7 @@ def test_states__exactly_the_six_of_the_contract() -> None:
 
 
 def test_counters__exactly_the_totals_of_the_contract() -> None:
-    assert COUNTERS == (
+    assert tuple(COUNTERS) == (
         "enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried", "requeued",
         "cancelled",
     )

@@ -1,0 +1,123 @@
+"""What the queue's verbs take and give, and the rules for text they store."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from broker.exceptions import BrokerError
+from broker.models import COUNTER_SHARDS
+from broker.states import backoff_ms
+
+LEASE_EXPIRED = "lease expired"
+NO_ERROR_GIVEN = "nacked without an error message"
+# An error is kept up to this many characters (its end: where it was raised), however long the
+# worker's report; with the history bounded on requeue, a task's errors stay bounded.
+MAX_KEPT_ERROR_CHARS = 16_384
+TRUNCATED = "[truncated] "
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """What an enqueue asks for, already validated."""
+
+    payload: str  # JSON text
+    max_attempts: int = 3
+    delay_ms: int = 0
+    queue: str = "default"
+    priority: int = 1
+    type: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedTask:
+    """The fields of a task a claim hands out (a plain record: no model on the hot path)."""
+
+    pk: int
+    payload: str  # JSON text, as stored
+    attempts: int
+    max_attempts: int
+    queue: str
+    priority: int
+    type: str | None
+    created_at: datetime
+    available_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A claimed task and the lease it is held under."""
+
+    task: ClaimedTask
+    lease_id: str
+    deadline: datetime
+
+
+# The answer for one item of a batch settle: None when it settled, else the error its single
+# call would have raised (its class carries the status and the sentence).
+Outcome = type[BrokerError] | None
+Settle = tuple[int | None, str, Any]  # (task id or None when it cannot exist, lease id, extra)
+
+
+def current_time() -> datetime:
+    """The state machine's clock (tests move it by patching `timezone` here)."""
+    return timezone.now()
+
+
+def storable(text: str) -> str:
+    """Text a PostgreSQL text column takes: U+0000 and lone surrogates (JSON can carry both)
+    become U+FFFD. A lease id so changed still matches no lease, as it did not before."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def kept_error(error: str | None) -> str:
+    """A nack's error as stored: storable, at most MAX_KEPT_ERROR_CHARS (its end kept)."""
+    if not error:
+        return NO_ERROR_GIVEN
+    if len(error) > MAX_KEPT_ERROR_CHARS:
+        error = TRUNCATED + error[-(MAX_KEPT_ERROR_CHARS - len(TRUNCATED)) :]
+    return storable(error)
+
+
+def retry_delay(attempts: int, jitter: float | None = None) -> timedelta:
+    """The backoff before the retry after the `attempts`-th failure (jitter in [0, 1))."""
+    rng = random if jitter is None else _Fixed(jitter)
+    ms = backoff_ms(attempts, settings.BROKER_RETRY_BASE_MS, settings.BROKER_RETRY_MAX_MS, rng)
+    return timedelta(milliseconds=ms)
+
+
+class _Fixed:
+    """A uniform(a, b) that lands where `jitter` says: the same draw the SQL backoff uses."""
+
+    def __init__(self, jitter: float) -> None:
+        self.jitter = jitter
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + (b - a) * self.jitter
+
+
+def aware(value: Any) -> datetime | None:
+    """A datetime column read by raw SQL: SQLite hands back text, PostgreSQL an aware value."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # Django keeps SQLite datetimes as naive UTC
+    return value
+
+
+def shard() -> int:
+    """A counter shard for this move: spreads row locks, not a secret."""
+    return random.randrange(COUNTER_SHARDS)  # noqa: S311

@@ -1,0 +1,115 @@
+"""A person's moves: requeue out of the dead-letter queue, and cancel."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connection, transaction
+
+from broker import observe
+from broker.exceptions import InvalidTransition, NotInDeadLetterQueue, TaskNotFound
+from broker.models import Task
+from broker.queue import counters
+from broker.queue.base import current_time
+from broker.states import TRANSITIONS, State
+from broker.wakeup import announce
+
+_BATCH = 1000
+# Errors kept per task once it is requeued: attempts start again from 0, the history would grow
+# by up to max_attempts errors per round; the newest are kept.
+MAX_KEPT_ERRORS = 100
+
+
+def cancel(task_id: int) -> None:
+    """ready, delayed or handed_out → cancelled; a later ack/nack of its lease gets 404.
+
+    Raises TaskNotFound (404) for an unknown task, InvalidTransition (409) once finished or dead.
+    """
+    sources, target, _ = TRANSITIONS["cancel"]
+    with transaction.atomic():
+        # Read (and lock) first: the 404/409 decision and the log line both need the old state.
+        row = (
+            Task.objects.select_for_update()
+            .filter(pk=task_id)
+            .values_list("state", "queue", "attempts")
+            .first()
+        )
+        if row is None:
+            raise TaskNotFound("No such task.")
+        state, queue_name, attempts = row
+        if state not in sources:
+            raise InvalidTransition(f"The task is already {state}.")
+        Task.objects.filter(pk=task_id).update(**_ending_lease(target))
+        counters.bump(counters.count_moves(("cancel",), [(queue_name, state, target)]))
+    observe.moved(state, target, task=task_id, queue=queue_name, attempts=attempts)
+
+
+def cancel_many(task_ids: Iterable[int]) -> int:
+    """Cancel every cancellable task among `task_ids`, in batches; returns how many moved."""
+    return _move_many(task_ids, "cancel", {})
+
+
+def requeue(task_id: int) -> None:
+    """dead → ready with attempts reset and last error cleared (the newest errors stay).
+
+    Raises NotInDeadLetterQueue (404) if the task is not in the DLQ.
+    """
+    if not requeue_many([task_id]):
+        raise NotInDeadLetterQueue()
+
+
+def requeue_many(task_ids: Iterable[int]) -> int:
+    """Requeue every dead task among `task_ids`, in batches; returns how many moved."""
+    return _move_many(task_ids, "requeue", {"attempts": 0, "last_error": None})
+
+
+def _ending_lease(target: str) -> dict[str, Any]:
+    return {"state": target, "lease_id": None, "lease_deadline": None, "worker": None,
+            "updated_at": current_time()}
+
+
+def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> int:
+    """Move the tasks among `task_ids` that `event` may move, _BATCH per transaction."""
+    sources, target, _ = TRANSITIONS[event]
+    ids = list(task_ids)
+    moved = 0
+    for start in range(0, len(ids), _BATCH):
+        chunk = ids[start : start + _BATCH]
+        with transaction.atomic():
+            rows = list(
+                Task.objects.select_for_update()
+                .filter(pk__in=chunk, state__in=sources)
+                .order_by("pk")
+                .values_list("pk", "queue", "state")
+            )
+            if not rows:
+                continue
+            update = {**_ending_lease(target), **changes}
+            if target == State.READY:
+                update["available_at"] = update["updated_at"]
+            Task.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(**update)
+            counters.bump(counters.count_moves((event,), [(q, s, target) for _, q, s in rows]))
+            if event == "requeue":
+                _trim_errors([pk for pk, _, _ in rows])
+            if target == State.READY:
+                # Each queue's own claimers: a wake for another queue's would be lost on them.
+                announce(Counter(q for _, q, _ in rows))
+        observe.moved("|".join(sorted(sources)), target,
+                      task=rows[0][0] if len(rows) == 1 else None, count=len(rows))
+        moved += len(rows)
+    return moved
+
+
+_TRIM = (
+    'DELETE FROM "broker_taskerror" WHERE "id" IN (SELECT "id" FROM ('
+    'SELECT "id", row_number() OVER (PARTITION BY "task_id" ORDER BY "id" DESC) AS "n"'
+    ' FROM "broker_taskerror" WHERE "task_id" IN ({ids})) AS "ranked" WHERE "n" > %s)'
+)
+
+
+def _trim_errors(task_ids: list[int]) -> None:
+    """Keep each task's newest MAX_KEPT_ERRORS errors."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TRIM.format(ids=", ".join(["%s"] * len(task_ids))),
+                       [*task_ids, MAX_KEPT_ERRORS])

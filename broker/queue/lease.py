@@ -1,0 +1,280 @@
+"""Leases: claim (ready → handed_out), settle (ack → done, nack → delayed or dead), extend."""
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+
+from broker import observe
+from broker.exceptions import LeaseMismatch, TaskNotHeld
+from broker.models import Task, TaskError
+from broker.queue import counters, sql
+from broker.queue.base import (
+    ClaimedTask,
+    Delivery,
+    Outcome,
+    Settle,
+    aware,
+    current_time,
+    kept_error,
+    retry_delay,
+    shard,
+    storable,
+)
+from broker.states import TRANSITIONS, State
+
+_HANDED_OUT = TRANSITIONS["claim"][1]
+_SETTLE_EVENTS = ("ack", "nack_retry", "nack_bury")
+_OUTCOMES: tuple[Outcome, ...] = (None, TaskNotHeld, LeaseMismatch)  # sql.SETTLE's codes
+
+
+class Settled(NamedTuple):
+    """One settle item's answer, and what the move's log line needs when it moved."""
+
+    error: Outcome
+    queue: str | None = None
+    attempts: int | None = None
+    state: str | None = None
+
+
+# -- claim ------------------------------------------------------------------------------------
+
+
+def claim(
+    queues: list[str] | None, lease_ms: int, limit: int = 1, worker: str | None = None
+) -> list[Delivery]:
+    """Hand out up to `limit` ready tasks, priority then oldest first: ready → handed_out.
+
+    On PostgreSQL, SKIP LOCKED lets concurrent claimers pass each other's rows instead of waiting;
+    on SQLite the IMMEDIATE transaction holds the write lock from BEGIN.
+    """
+    now = current_time()
+    lease_id = uuid.uuid4().hex
+    deadline = now + timedelta(milliseconds=lease_ms)
+    if connection.vendor == "postgresql":
+        found = _claim_pg(queues, limit, lease_id, deadline, now, worker)
+    else:
+        found = _claim_generic(queues, limit, lease_id, deadline, now, worker)
+    tasks = [ClaimedTask(*row) for row in found]
+    if len(tasks) == 1:
+        first = tasks[0]
+        observe.moved(State.READY, _HANDED_OUT, task=first.pk, queue=first.queue,
+                      attempts=first.attempts)
+    elif tasks:
+        observe.moved(State.READY, _HANDED_OUT, count=len(tasks))
+    return [Delivery(task, lease_id, deadline) for task in tasks]
+
+
+def _claim_pg(
+    queues: list[str] | None, limit: int, lease_id: str, deadline: datetime, now: datetime,
+    worker: str | None,
+) -> list[tuple[Any, ...]]:
+    if not queues:
+        statement = sql.CLAIM_ANY
+    else:
+        statement = sql.CLAIM_ONE_QUEUE if len(queues) == 1 else sql.CLAIM_QUEUES
+    params = {
+        "queues": queues, "queue": queues[0] if queues else None, "limit": limit,
+        "lease_id": lease_id, "deadline": deadline, "now": now, "worker": worker,
+        "shard": shard(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+def _claim_generic(
+    queues: list[str] | None, limit: int, lease_id: str, deadline: datetime, now: datetime,
+    worker: str | None,
+) -> list[tuple[Any, ...]]:
+    with transaction.atomic():
+        found = list(
+            Task.objects.ready(queues).claim_order().lock_skipping_locked()
+            .values_list(*sql.CLAIM_COLUMNS)[:limit]
+        )
+        if not found:
+            return []
+        Task.objects.filter(pk__in=[row[0] for row in found]).update(
+            state=_HANDED_OUT, attempts=F("attempts") + 1, lease_id=lease_id,
+            lease_deadline=deadline, claimed_at=now, worker=worker, updated_at=now,
+        )
+        moves = [(row[4], State.READY.value, _HANDED_OUT) for row in found]
+        counters.bump(counters.count_moves(("claim",), moves))
+    return [(*row[:2], row[2] + 1, *row[3:7], aware(row[7]), aware(row[8])) for row in found]
+
+
+# -- settle -----------------------------------------------------------------------------------
+
+
+def settle(acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[Settled]:
+    """Ack and nack many tasks in one transaction: handed_out → done, or → delayed (backoff)
+    while attempts are left, else → dead, keeping each nack's error.
+
+    Answers acks then nacks, in order, each as its single call would: settled, TaskNotHeld (not
+    handed out, or settled by an earlier item) or LeaseMismatch (handed out under another lease).
+    """
+    now = current_time()
+    acks = [(pk, storable(lease), None if r is None else json.dumps(r)) for pk, lease, r in acks]
+    nacks = [(pk, storable(lease), kept_error(e)) for pk, lease, e in nacks]
+    if connection.vendor == "postgresql":
+        answers = _settle_pg(acks, nacks, now)
+    else:
+        answers = _settle_generic(acks, nacks, now)
+    if len(answers) == 1:
+        (one,) = answers
+        if one.error is None:
+            pk = (acks or nacks)[0][0]
+            observe.moved(_HANDED_OUT, one.state or "", task=pk, queue=one.queue,
+                          attempts=one.attempts)
+    else:
+        for state, n in Counter(a.state for a in answers if a.error is None).items():
+            observe.moved(_HANDED_OUT, state or "", count=n)
+    return answers
+
+
+def _settle_pg(
+    acks: list[Settle], nacks: list[Settle], now: datetime
+) -> list[Settled]:
+    params = {
+        "acks": len(acks),
+        "ack_ids": [a[0] for a in acks], "ack_leases": [a[1] for a in acks],
+        "ack_bodies": [a[2] for a in acks],
+        "nack_ids": [n[0] for n in nacks], "nack_leases": [n[1] for n in nacks],
+        "nack_bodies": [n[2] for n in nacks],
+        "nack_jitter": [random.random() for _ in nacks],  # noqa: S311 -- backoff jitter
+        "now": now, "shard": shard(),
+        "retry_base_ms": settings.BROKER_RETRY_BASE_MS,
+        "retry_max_ms": settings.BROKER_RETRY_MAX_MS,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql.SETTLE, params)
+        rows = cursor.fetchall()
+    return [Settled(_OUTCOMES[code], queue, attempts, state) for _, code, queue, attempts, state
+            in rows]
+
+
+def _settle_generic(
+    acks: list[Settle], nacks: list[Settle], now: datetime
+) -> list[Settled]:
+    """settle() as ORM statements (SQLite): the same answers and moves as sql.SETTLE."""
+    items = [(*a, True) for a in acks] + [(*n, False) for n in nacks]
+    answers: list[Settled] = []
+    with transaction.atomic():
+        ids = sorted({pk for pk, *_ in items if pk is not None})
+        held = {
+            row[0]: row
+            for row in Task.objects.select_for_update()
+            .filter(pk__in=ids, state=_HANDED_OUT)
+            .order_by("pk")
+            .values_list("pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at")
+        }
+        done: set[int] = set()
+        updates, errors, moves = [], [], []
+        histogram: dict[str, Counter[str]] = defaultdict(Counter)
+        for pk, lease_id, body, is_ack in items:
+            row = held.get(pk) if pk is not None else None
+            if row is None:
+                answers.append(Settled(TaskNotHeld))
+                continue
+            if row[1] != lease_id:
+                answers.append(Settled(LeaseMismatch))
+                continue
+            if pk in done:
+                answers.append(Settled(TaskNotHeld))
+                continue
+            done.add(pk)
+            _, _, attempts, max_attempts, queue, claimed_at = row
+            if is_ack:
+                state, available_at = State.DONE.value, None
+            elif attempts < max_attempts:
+                state, available_at = State.DELAYED.value, now + retry_delay(attempts)
+            else:
+                state, available_at = State.DEAD.value, None
+            updates.append((state, available_at, None if is_ack else body,
+                            body if is_ack else None, pk))
+            if not is_ack:
+                errors.append(TaskError(task_id=pk, attempt=attempts, at=now, error=body))
+            moves.append((queue, _HANDED_OUT, state))
+            histogram[queue].update(observe.duration_deltas(aware(claimed_at), now))
+            answers.append(Settled(None, queue, attempts, state))
+        if updates:
+            write_settled(updates, now)
+            TaskError.objects.bulk_create(errors)
+            deltas = counters.count_moves(_SETTLE_EVENTS, moves)
+            for queue, change in histogram.items():
+                deltas[queue].update(change)
+            counters.bump(deltas)
+    return answers
+
+
+SETTLE_UPDATE = (
+    'UPDATE "broker_task" SET "state" = %s, "available_at" = COALESCE(%s, "available_at"), '
+    '"last_error" = COALESCE(%s, "last_error"), "result" = COALESCE(%s, "result"), '
+    '"lease_id" = NULL, "lease_deadline" = NULL, "worker" = NULL, "updated_at" = %s '
+    'WHERE "id" = %s'
+)
+
+
+def write_settled(updates: list[tuple[Any, ...]], now: datetime) -> None:
+    ops = connection.ops
+    at = ops.adapt_datetimefield_value(now)
+    params = [
+        (state, ops.adapt_datetimefield_value(available) if available else None, error, result,
+         at, pk)
+        for state, available, error, result, pk in updates
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(SETTLE_UPDATE, params)
+
+
+def ack_many(items: Sequence[Settle]) -> list[Outcome]:
+    """Ack many tasks in one transaction; each item's outcome is its single ack's."""
+    return [answer.error for answer in settle(items, [])]
+
+
+def nack_many(items: Sequence[Settle]) -> list[Outcome]:
+    """Nack many tasks in one transaction; each item's outcome is its single nack's."""
+    return [answer.error for answer in settle([], items)]
+
+
+def ack(task_id: int, *, lease_id: str, result: Any = None) -> None:
+    """handed_out → done, keeping `result`.
+
+    Raises TaskNotHeld (404) unless the task is handed out; LeaseMismatch (409) if under
+    another lease.
+    """
+    (answer,) = settle([(task_id, lease_id, result)], [])
+    if answer.error is not None:
+        raise answer.error()
+
+
+def nack(task_id: int, *, lease_id: str, error: str | None = None) -> State:
+    """handed_out → delayed (backoff) while attempts are left, else → dead; keeps the error.
+
+    Returns the new state. Raises TaskNotHeld (404) or LeaseMismatch (409) as ack does.
+    """
+    (answer,) = settle([], [(task_id, lease_id, error)])
+    if answer.error is not None:
+        raise answer.error()
+    return State(answer.state)
+
+
+def extend(task_id: int, *, lease_id: str, lease_ms: int) -> datetime:
+    """Move a held lease's deadline to now + lease_ms; no state change. Raises as ack does."""
+    deadline = current_time() + timedelta(milliseconds=lease_ms)
+    lease_id = storable(lease_id)
+    moved = Task.objects.filter(pk=task_id, state=_HANDED_OUT, lease_id=lease_id).update(
+        lease_deadline=deadline
+    )
+    if not moved:
+        state = Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
+        raise LeaseMismatch() if state == _HANDED_OUT else TaskNotHeld()
+    return deadline

@@ -1,0 +1,265 @@
+"""Every SQL statement of the state machine, one named text per operation, built once at import.
+
+The PostgreSQL statements of the hot moves (enqueue, claim, settle) each move the tasks, their
+counter row and their NOTIFY in one statement: one round trip, one commit. Their counter
+expressions are generated from `states.TRANSITIONS`, so the guards, the target states and the
+counters they move come from one table. Values always go as parameters.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from broker.models import COUNTER_COLUMNS, DURATION_BUCKETS, Task
+from broker.states import GAUGE_STATES, TRANSITIONS
+from broker.wakeup import CHANNEL
+
+_GAUGES = {state.value for state in GAUGE_STATES}
+COUNTER_TABLE = "broker_queuecounter"
+DELTA_TABLE = "broker_counterdelta"
+
+
+def _literal(state: str) -> str:
+    return "'" + str(getattr(state, "value", state)) + "'"
+
+
+def _event_match(event: str) -> str:
+    """SQL true for a moved row (old_state, new_state) that is this event."""
+    sources, target, _ = TRANSITIONS[event]
+    old = (
+        f"old_state IN ({', '.join(sorted(_literal(s) for s in sources))})"
+        if sources
+        else "old_state IS NULL"
+    )
+    return f"new_state = {_literal(target)} AND {old}"
+
+
+def delta_expressions(events: Sequence[str], *, timed: bool = False) -> dict[str, str]:
+    """Counter column → aggregate over moved rows (queue, old_state, new_state[, dur])."""
+    parts: dict[str, list[str]] = {}
+    gauges: set[str] = set()
+    for event in events:
+        sources, target, counters = TRANSITIONS[event]
+        for counter in counters:
+            parts.setdefault(counter, []).append(f"count(*) FILTER (WHERE {_event_match(event)})")
+        gauges |= {str(getattr(s, "value", s)) for s in (*sources, target)} & _GAUGES
+    exprs = {column: " + ".join(terms) for column, terms in parts.items()}
+    for gauge in sorted(gauges):
+        exprs[gauge] = (
+            f"count(*) FILTER (WHERE new_state = '{gauge}')"
+            f" - count(*) FILTER (WHERE old_state = '{gauge}')"
+        )
+    if timed:
+        low = None
+        for bound, column in DURATION_BUCKETS:
+            cond = [] if low is None else [f"dur > {low!r}"]
+            if bound != float("inf"):
+                cond.append(f"dur <= {bound!r}")
+            exprs[column] = f"count(dur) FILTER (WHERE {' AND '.join(cond)})"
+            low = bound
+        exprs["dur_sum_us"] = "coalesce(sum(greatest((dur * 1000000)::bigint, 0)), 0)"
+    return exprs
+
+
+def counted(
+    source: str, events: Sequence[str], *, timed: bool = False, deferred: bool = False
+) -> str:
+    """A CTE body moving the counters of the rows in `source`, grouped by queue.
+
+    In queue order, so two statements that lock several queues' rows always lock them in the same
+    order (no deadlock). `deferred` appends to the delta table instead (see CounterDelta).
+    """
+    exprs = delta_expressions(events, timed=timed)
+    columns = ", ".join(exprs)
+    values = ", ".join(exprs.values())
+    if deferred:
+        return (
+            f"INSERT INTO {DELTA_TABLE} (queue, {columns}) "
+            f"SELECT queue, {values} FROM {source} GROUP BY queue"
+        )
+    updates = ", ".join(f"{c} = c.{c} + EXCLUDED.{c}" for c in exprs)
+    return (
+        f"INSERT INTO {COUNTER_TABLE} AS c (queue, shard, {columns}) "
+        f"SELECT queue, %(shard)s, {values} FROM {source} GROUP BY queue ORDER BY queue "
+        f"ON CONFLICT (queue, shard) DO UPDATE SET {updates}"
+    )
+
+
+def upsert(columns: Sequence[str], rows: int) -> str:
+    """Add to `rows` queues' counter rows (queue, shard, *columns); PostgreSQL and SQLite alike."""
+    names = ", ".join(columns)
+    marks = ", ".join(["%s"] * (len(columns) + 2))
+    updates = ", ".join(f"{c} = c.{c} + excluded.{c}" for c in columns)
+    return (
+        f"INSERT INTO {COUNTER_TABLE} AS c (queue, shard, {names}) VALUES "
+        + ", ".join([f"({marks})"] * rows)
+        + f" ON CONFLICT (queue, shard) DO UPDATE SET {updates}"
+    )
+
+
+def append_deltas(columns: Sequence[str], rows: int) -> str:
+    """Append `rows` delta rows (queue, *columns)."""
+    marks = ", ".join(["%s"] * (len(columns) + 1))
+    return (
+        f"INSERT INTO {DELTA_TABLE} (queue, {', '.join(columns)}) VALUES "
+        + ", ".join([f"({marks})"] * rows)
+    )
+
+
+_SUMS = ", ".join(f"sum({c})" for c in COUNTER_COLUMNS)
+_ALL = ", ".join(COUNTER_COLUMNS)
+# One statement, so one snapshot: gauges and totals read together always agree.
+STATS = (
+    f"SELECT queue, {_SUMS} FROM ("
+    f"SELECT queue, {_ALL} FROM {COUNTER_TABLE} UNION ALL SELECT queue, {_ALL} FROM {DELTA_TABLE}"
+    ") AS u GROUP BY queue"
+)
+
+
+def backoff(attempts: str, jitter: str) -> str:
+    """states.backoff_ms in SQL, in milliseconds: the same formula and, given the same jitter
+    (uniform in [0, 1)), the same value (tests/unit holds them together)."""
+    base = (
+        "least(%(retry_max_ms)s::float8, %(retry_base_ms)s::float8"
+        f" * power(2::float8, least(greatest({attempts} - 1, 0), 62)))"
+    )
+    return f"floor({base} / 2 + {jitter} * ({base} / 2))"
+
+
+# -- enqueue ----------------------------------------------------------------------------------
+
+_NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
+_ENQUEUE_EVENTS = ("enqueue", "enqueue_delayed")
+
+
+def _enqueue(deferred: bool) -> str:
+    return (
+        "WITH new AS ("
+        f" INSERT INTO broker_task ({', '.join(_NEW_COLUMNS)})"
+        f" VALUES ({', '.join(f'%({c})s' for c in _NEW_COLUMNS)})"
+        " ON CONFLICT (idempotency_key) DO NOTHING"
+        " RETURNING id, queue, NULL::text AS old_state, state AS new_state"
+        f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
+        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':1') FROM new"
+        "  WHERE new_state = 'ready')"
+        " SELECT id, (SELECT count(*) FROM notified) FROM new"
+    )
+
+
+ENQUEUE = _enqueue(deferred=False)
+ENQUEUE_IN_CALLER_TRANSACTION = _enqueue(deferred=True)
+
+
+def _enqueue_many(deferred: bool) -> str:
+    # Ids come from the sequence in the SELECT's order: ORDER BY id gives them in request order.
+    return (
+        "WITH new AS ("
+        " INSERT INTO broker_task (state, queue, priority, type, payload, attempts, max_attempts,"
+        " available_at, created_at, updated_at)"
+        " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts,"
+        " u.available_at, %(now)s, %(now)s"
+        " FROM unnest(%(state)s::varchar[], %(queue)s::varchar[], %(priority)s::smallint[],"
+        " %(type)s::varchar[], %(payload)s::text[], %(max_attempts)s::smallint[],"
+        " %(available_at)s::timestamptz[])"
+        " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, available_at,"
+        " n) ORDER BY u.n"
+        " RETURNING id, queue, NULL::text AS old_state, state AS new_state"
+        f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
+        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"
+        "  WHERE new_state = 'ready' GROUP BY queue)"
+        " SELECT id, (SELECT count(*) FROM notified) FROM new ORDER BY id"
+    )
+
+
+ENQUEUE_MANY = _enqueue_many(deferred=False)
+ENQUEUE_MANY_IN_CALLER_TRANSACTION = _enqueue_many(deferred=True)
+
+# -- claim ------------------------------------------------------------------------------------
+
+CLAIM_COLUMNS = (
+    "id", "payload", "attempts", "max_attempts", "queue", "priority", "type", "created_at",
+    "available_at",
+)
+_CLAIM_ORDER = "priority, available_at, id"
+
+
+def _claim(picked: str) -> str:
+    """Hand out the rows `picked` selects (locked, in claim order) and count them."""
+    returning = ", ".join(f"t.{c}" for c in CLAIM_COLUMNS)
+    return (
+        f"WITH picked AS ({picked}"
+        "), claimed AS ("
+        " UPDATE broker_task t SET state = 'handed_out', attempts = t.attempts + 1,"
+        " lease_id = %(lease_id)s, lease_deadline = %(deadline)s, claimed_at = %(now)s,"
+        " worker = %(worker)s, updated_at = %(now)s"
+        f" FROM picked WHERE t.id = picked.id RETURNING {returning},"
+        " 'ready'::text AS old_state, t.state AS new_state"
+        f"), counted AS ({counted('claimed', ('claim',))})"
+        f" SELECT {', '.join(CLAIM_COLUMNS)} FROM claimed ORDER BY {_CLAIM_ORDER}"
+    )
+
+
+def _pick(where: str) -> str:
+    return (
+        f"SELECT id FROM broker_task WHERE state = 'ready'{where}"
+        f" ORDER BY {_CLAIM_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    )
+
+
+CLAIM_ANY = _claim(_pick(""))
+# One queue as `=`: PostgreSQL then reads task_claim_queue_idx in claim order.
+CLAIM_ONE_QUEUE = _claim(_pick(" AND queue = %(queue)s"))
+# Several queues: each queue's own index range (a LATERAL per queue), then the best `limit` of
+# those. `queue = ANY(...)` would read every ready row of those queues and sort them.
+CLAIM_QUEUES = _claim(
+    "SELECT c.id FROM unnest(%(queues)s::varchar[]) AS q(name) CROSS JOIN LATERAL ("
+    f"SELECT id, priority, available_at FROM broker_task WHERE state = 'ready' AND queue = q.name"
+    f" ORDER BY {_CLAIM_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c"
+    f" ORDER BY c.priority, c.available_at, c.id LIMIT %(limit)s"
+)
+
+# -- settle: ack and nack, one or many --------------------------------------------------------
+
+# Items are numbered acks first, then nacks; `wanted` keeps the first of repeated (id, lease)
+# pairs. Rows are locked in id order, so two settles of the same tasks never deadlock. The last
+# SELECT reads the tasks as they were before this statement: an item not settled is a 409 when
+# its task was handed out under another lease, else a 404.
+SETTLE = (
+    "WITH items AS ("
+    " SELECT a.n AS pos, a.id, a.lease_id, a.body, 'ack'::text AS kind, 0::float8 AS jitter"
+    " FROM unnest(%(ack_ids)s::bigint[], %(ack_leases)s::text[], %(ack_bodies)s::text[])"
+    " WITH ORDINALITY AS a(id, lease_id, body, n)"
+    " UNION ALL"
+    " SELECT %(acks)s + k.n, k.id, k.lease_id, k.body, 'nack', k.jitter"
+    " FROM unnest(%(nack_ids)s::bigint[], %(nack_leases)s::text[], %(nack_bodies)s::text[],"
+    " %(nack_jitter)s::float8[]) WITH ORDINALITY AS k(id, lease_id, body, jitter, n)"
+    "), wanted AS ("
+    " SELECT DISTINCT ON (id, lease_id) * FROM items WHERE id IS NOT NULL"
+    " ORDER BY id, lease_id, pos"
+    "), picked AS ("
+    " SELECT t.id, t.attempts, t.max_attempts, t.claimed_at, w.pos, w.kind, w.body, w.jitter"
+    " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
+    " WHERE t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
+    "), moved AS ("
+    " UPDATE broker_task t SET"
+    " state = CASE WHEN p.kind = 'ack' THEN 'done'"
+    "  WHEN p.attempts < p.max_attempts THEN 'delayed' ELSE 'dead' END,"
+    " result = CASE WHEN p.kind = 'ack' THEN p.body ELSE t.result END,"
+    " last_error = CASE WHEN p.kind = 'nack' THEN p.body ELSE t.last_error END,"
+    " available_at = CASE WHEN p.kind = 'nack' AND p.attempts < p.max_attempts"
+    f"  THEN %(now)s + {backoff('p.attempts', 'p.jitter')} * interval '1 millisecond'"
+    "  ELSE t.available_at END,"
+    " lease_id = NULL, lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
+    " FROM picked p WHERE t.id = p.id"
+    " RETURNING t.id, t.queue, t.attempts, p.pos, p.kind, p.body,"
+    " 'handed_out'::text AS old_state, t.state AS new_state,"
+    " extract(epoch FROM %(now)s - p.claimed_at) AS dur"
+    "), errors AS ("
+    " INSERT INTO broker_taskerror (task_id, attempt, at, error)"
+    " SELECT id, attempts, %(now)s, body FROM moved WHERE kind = 'nack'"
+    f"), counted AS ({counted('moved', ('ack', 'nack_retry', 'nack_bury'), timed=True)})"
+    " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
+    "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2 ELSE 1 END,"
+    " m.queue, m.attempts, m.new_state"
+    " FROM items i LEFT JOIN moved m ON m.pos = i.pos LEFT JOIN broker_task cur ON cur.id = i.id"
+    " ORDER BY i.pos"
+)

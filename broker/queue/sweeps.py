@@ -1,0 +1,100 @@
+"""The sweeper's moves: reclaim expired leases, promote delayed tasks that are due, prune."""
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+from django.db import transaction
+
+from broker import observe
+from broker.models import Task, TaskError
+from broker.queue import counters
+from broker.queue.base import LEASE_EXPIRED, current_time, retry_delay
+from broker.queue.lease import write_settled
+from broker.states import FINISHED_STATES, TRANSITIONS, State
+from broker.wakeup import announce
+
+_RETRY = TRANSITIONS["reclaim_retry"][1]
+_BURY = TRANSITIONS["reclaim_bury"][1]
+
+
+def reclaim_expired(limit: int = 500) -> int:
+    """Handed-out tasks whose lease expired → delayed (backoff) or dead, error "lease expired".
+
+    Locks with SKIP LOCKED, so two sweepers never move the same task. Returns how many moved.
+    """
+    with transaction.atomic():
+        now = current_time()
+        rows = list(
+            Task.objects.expired(now)
+            .order_by("lease_deadline")
+            .lock_skipping_locked()
+            .values_list("pk", "queue", "attempts", "max_attempts")[:limit]
+        )
+        if not rows:
+            return 0
+        updates, moves = [], []
+        for pk, queue, attempts, max_attempts in rows:
+            retry = attempts < max_attempts
+            state = _RETRY if retry else _BURY
+            updates.append((state, now + retry_delay(attempts) if retry else None,
+                            LEASE_EXPIRED, None, pk))
+            moves.append((queue, State.HANDED_OUT.value, state))
+        write_settled(updates, now)
+        TaskError.objects.bulk_create(
+            TaskError(task_id=pk, attempt=attempts, at=now, error=LEASE_EXPIRED)
+            for pk, _, attempts, _ in rows
+        )
+        counters.bump(counters.count_moves(("reclaim_retry", "reclaim_bury"), moves))
+    if len(rows) == 1:
+        pk, queue, attempts, _ = rows[0]
+        observe.moved(State.HANDED_OUT, moves[0][2], task=pk, queue=queue, attempts=attempts)
+    else:
+        for state, n in Counter(state for _, _, state in moves).items():
+            observe.moved(State.HANDED_OUT, state, count=n)
+    return len(rows)
+
+
+def promote_delayed(limit: int = 1000) -> int:
+    """Delayed tasks whose time has come → ready, waking claimers. Returns how many moved."""
+    target = TRANSITIONS["promote"][1]
+    with transaction.atomic():
+        now = current_time()
+        rows = list(
+            Task.objects.due(now)
+            .order_by("available_at")
+            .lock_skipping_locked()
+            .values_list("pk", "queue")[:limit]
+        )
+        if not rows:
+            return 0
+        Task.objects.filter(pk__in=[pk for pk, _ in rows]).update(state=target, updated_at=now)
+        moves = [(queue, State.DELAYED.value, target) for _, queue in rows]
+        counters.bump(counters.count_moves(("promote",), moves))
+        announce(Counter(queue for _, queue in rows))
+    if len(rows) == 1:
+        observe.moved(State.DELAYED, target, task=rows[0][0], queue=rows[0][1])
+    else:
+        observe.moved(State.DELAYED, target, count=len(rows))
+    return len(rows)
+
+
+def prune_finished(older_than: datetime, limit: int = 500) -> int:
+    """Delete up to `limit` done or cancelled tasks last moved before `older_than`, with their
+    error history. Returns how many were deleted.
+
+    Not a transition: no counter moves (the lifetime totals go on counting what was pruned).
+    Dead tasks are never pruned: they wait for a person. SKIP LOCKED and a small `limit` keep
+    each batch a short transaction that never waits for, nor long blocks, anyone else.
+    """
+    with transaction.atomic():
+        ids = list(
+            Task.objects.filter(state__in=FINISHED_STATES, updated_at__lt=older_than)
+            .order_by("updated_at")  # served by task_finished_idx
+            .lock_skipping_locked()
+            .values_list("pk", flat=True)[:limit]
+        )
+        if ids:
+            # only("pk"): the cascade to TaskError needs the ids, not the payloads.
+            Task.objects.filter(pk__in=ids).only("pk").delete()
+    return len(ids)
