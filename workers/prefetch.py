@@ -16,18 +16,25 @@ from workers.wire import MAX_CLAIM, MAX_SETTLES, Broker, BrokerError, Delivery
 log = logging.getLogger("workers.runner")
 
 PUMPS = 2
-# runworker's default: tasks claimed ahead per thread (chosen by the peers benchmark, README).
-DEFAULT_PREFETCH = 4
+# runworker's default: tasks held per thread at most (chosen by the peers benchmark, README).
+DEFAULT_PREFETCH = 16
 
 
 class Prefetcher:
     """Holds up to concurrency x prefetch tasks (the limit) and runs them on concurrency threads.
 
+    The tasks waiting their turn are bounded by time too: no more than the threads start within
+    ahead_s at the recent task duration (one per thread until it is measured). Quick tasks get
+    the whole limit, long ones about one each: a worker never hoards long tasks that others
+    could run, and a graceful stop, which runs what is held, ends about ahead_s after the
+    running tasks.
+
     Worker threads only run tasks. Two pump threads talk to the broker: a pump claims once half
-    the limit is free, and every outcome finished by then rides along (POST /jobs/claim with
-    acks and nacks: one round trip). An outcome waits at most linger_s for such a claim; then a
-    pump sends it anyway. Only one pump at a time may park in a long poll, so the other is always
-    free to settle: a worker parked with nothing to do has already sent every ack.
+    the limit is free (or a thread has nothing to start), and every outcome finished by then
+    rides along (POST /jobs/claim with acks and nacks: one round trip). An outcome waits at most
+    linger_s for such a claim; then a pump sends it anyway. Only one pump at a time may park in
+    a long poll, so the other is always free to settle: a worker parked with nothing to do has
+    already sent every ack.
 
     A claim that carries settles waits at most settle_wait_ms and is never cut: its settles are
     committed before it parks, and an answer cut short would leave them unknown.
@@ -47,6 +54,7 @@ class Prefetcher:
         queues: Sequence[str] = (),
         linger_s: float = 0.005,
         settle_wait_ms: int = 500,
+        ahead_s: float = 1.0,
         error_backoff_s: float = 1.0,
     ) -> None:
         """run(delivery) runs one task (its lease already held by heartbeat) and never raises."""
@@ -54,8 +62,9 @@ class Prefetcher:
         self._run = run
         self._heartbeat = heartbeat
         self._concurrency = concurrency
-        self._limit = concurrency * prefetch
-        self._refill_at = max(1, (self._limit + 1) // 2)
+        self._most = concurrency * prefetch
+        self._ahead_s = ahead_s
+        self._task_s: float | None = None  # moving average of a task's run time
         self._wait_ms = wait_ms
         self._settle_wait_ms = min(wait_ms, settle_wait_ms)
         self._lease_ms = lease_ms
@@ -107,22 +116,33 @@ class Prefetcher:
                     self._tasks.wait()
                 delivery = self._ready.popleft()
                 self._running += 1
+            started = time.monotonic()
             try:
                 outcome = self._run(delivery)
             except Exception as exc:  # a bug of ours: the task still ends in a nack
                 log.exception("running task %s failed", delivery["task"]["id"])
                 outcome = Outcome(
-                    delivery["task"]["id"], delivery["lease_id"], None, repr(exc), time.monotonic()
+                    delivery["task"]["id"], delivery["lease_id"], None, repr(exc), started
                 )
+            now = time.monotonic()
             with self._lock:
+                took, average = now - started, self._task_s
+                self._task_s = took if average is None else average + (took - average) / 8
                 self._running -= 1
                 if not self._outbox:
-                    self._oldest = time.monotonic()
+                    self._oldest = now
                 self._outbox.append(outcome)
-                free = self._limit - len(self._ready) - self._running - self._reserved
+                limit = self._limit()
+                free = limit - len(self._ready) - self._running - self._reserved
                 # Wake a pump only when it may have something new to do: start the linger,
-                # or refill now that half the limit is free, or finish.
-                if len(self._outbox) == 1 or free == self._refill_at or self._stopping:
+                # refill now that half the limit is free or a thread has nothing to start,
+                # or finish.
+                if (
+                    len(self._outbox) == 1
+                    or free == _half(limit)
+                    or not self._ready
+                    or self._stopping
+                ):
                     self._pumps.notify()
 
     # -- pumps ----------------------------------------------------------------------------
@@ -165,9 +185,11 @@ class Prefetcher:
         """
         while True:
             now = time.monotonic()
-            free = self._limit - len(self._ready) - self._running - self._reserved
+            limit = self._limit()
+            free = limit - len(self._ready) - self._running - self._reserved
             may_claim = not self._stopping and free > 0 and now >= self._claim_after
-            refill = may_claim and free >= self._refill_at
+            idle = not self._ready and self._running < self._concurrency
+            refill = may_claim and (free >= _half(limit) or idle)
             deadlines = []
             if refill and not self._parked:
                 # Tasks just claimed may be done in a moment: wait that long for their outcomes
@@ -184,9 +206,18 @@ class Prefetcher:
                 deadlines.append(self._oldest + self._linger_s)
             elif self._stopping and not (self._ready or self._running or self._reserved):
                 return None
-            if not self._stopping and free >= self._refill_at and now < self._claim_after:
+            if not self._stopping and free > 0 and now < self._claim_after:
                 deadlines.append(self._claim_after)
             self._pumps.wait(min(deadlines) - now if deadlines else None)
+
+    def _limit(self) -> int:
+        """Under the lock: tasks to hold now, one per thread plus those waiting their turn."""
+        threads = self._concurrency
+        if self._task_s is None:
+            waiting = threads
+        else:
+            waiting = int(threads * self._ahead_s / max(self._task_s, 1e-6))
+        return min(self._most, threads + waiting)
 
     def _take(self) -> list[Outcome]:
         """Under the lock: the outbox's first MAX_SETTLES outcomes, removed."""
@@ -231,3 +262,8 @@ class Prefetcher:
             self._claim_after = time.monotonic() + pause
         log.error("%s; retrying in %.1f s", why, pause, exc_info=exc_info)
         return pause
+
+
+def _half(limit: int) -> int:
+    """Free slots that make a refill worth a round trip: half the limit, rounded up."""
+    return max(1, (limit + 1) // 2)

@@ -54,10 +54,12 @@ class Runner:
         error_backoff_s: float = 1.0,
         batch: int = 1,
         prefetch: int = 0,
+        prefetch_ahead_s: float = 1.0,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         """heartbeat_s defaults to half the lease; error_backoff_s is the first pause after a
         failed claim (doubling, capped at 30 s), so a misconfigured worker never spins.
+        prefetch_ahead_s: at most this much work waits its turn in prefetch mode (workers.prefetch).
         lease_ms over the broker's cap is lowered to it (the broker would grant no more).
         max_body_bytes: the broker's body limit; a larger result is nacked, not sent.
         Raises ValueError when both batch > 1 and prefetch are asked for.
@@ -89,6 +91,7 @@ class Runner:
                 wait_ms=wait_ms,
                 lease_ms=lease_ms,
                 queues=self._queues,
+                ahead_s=prefetch_ahead_s,
                 error_backoff_s=error_backoff_s,
             )
             if prefetch

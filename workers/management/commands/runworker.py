@@ -77,8 +77,8 @@ class Command(BaseCommand):
             "--prefetch",
             type=int_between(0, 100),
             default=None,
-            help="tasks claimed ahead per thread, 0-100; acks ride with the next "
-            f"claim (default: {DEFAULT_PREFETCH}; 0: each thread claims "
+            help="tasks held per thread at most (fewer when tasks are long), 0-100; acks "
+            f"ride with the next claim (default: {DEFAULT_PREFETCH}; 0: each thread claims "
             "for itself, one task or --batch N)",
         )
         parser.add_argument(
@@ -123,7 +123,7 @@ class Command(BaseCommand):
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         mode = (
-            f"prefetch {prefetch} ({prefetch * options['concurrency']} tasks ahead)"
+            f"prefetch {prefetch} (up to {prefetch * options['concurrency']} tasks in hand)"
             if prefetch
             else f"batch {batch}"
             if batch > 1
