@@ -7,6 +7,8 @@ from pathlib import Path
 
 import environ
 
+from contract import limits
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -203,7 +205,7 @@ def _duration(name: str, default: str) -> timedelta:
 # Done and cancelled tasks older than this are deleted by the sweeper; "0" keeps them forever.
 # Dead tasks are never pruned.
 BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
-BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=262144)
+BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=limits.DEFAULT_MAX_BODY_BYTES)
 # Django's own form-body cap must not cut in below ours.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
 # SQLite has no notifications: each broker process looks for ready tasks this often while

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -14,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from contract.backoff import backoff_s
 from workers.settling import BatchVerbs, error_text
 from workers.transport import Response, Transport, TransportError
 from workers.wire import (
@@ -55,12 +55,6 @@ def identity() -> str:
     raw = f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
     # Header values must be latin-1; a thread name need not be.
     return raw.encode("ascii", "replace").decode("ascii")
-
-
-def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Equal-jitter exponential backoff before retry number attempt (1-based)."""
-    ceiling = min(cap_s, base_s * 2 ** (attempt - 1))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto
 
 
 @lru_cache(maxsize=32)

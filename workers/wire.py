@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol, TypedDict
 
-# API.md's caps and defaults, as the worker must respect them (the broker enforces its own).
-MAX_LEASE_MS = 300_000  # a longer lease is silently capped by the broker
-MAX_CLAIM = 100  # POST /jobs/claim "max"
-MAX_SETTLES = 1000  # items of one POST /jobs/ack, /jobs/nack, or acks + nacks of one claim
-DEFAULT_MAX_BODY_BYTES = 262_144  # BROKER_MAX_BODY_BYTES' default: bodies over it get 413
+from contract.limits import DEFAULT_MAX_BODY_BYTES, MAX_CLAIM, MAX_LEASE_MS
+from contract.limits import MAX_BATCH as MAX_SETTLES
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "MAX_CLAIM", "MAX_LEASE_MS", "MAX_SETTLES"]
+
 # The longest error text sent with a nack: far below the broker's body limit.
 MAX_ERROR_CHARS = 8000
 
