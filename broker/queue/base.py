@@ -38,7 +38,10 @@ class NewTask:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedTask:
-    """The fields of a task a claim hands out (a plain record: no model on the hot path)."""
+    """The fields of a task a claim hands out (a plain record: no model on the hot path).
+
+    Its times are already API text (see api_time): PostgreSQL writes them in the claim itself.
+    """
 
     pk: int
     payload: str  # JSON text, as stored
@@ -47,8 +50,8 @@ class ClaimedTask:
     queue: str
     priority: int
     type: str | None
-    created_at: datetime
-    available_at: datetime
+    created_at: str
+    available_at: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,17 @@ class Delivery:
 # call would have raised (its class carries the status and the sentence).
 Outcome = type[BrokerError] | None
 Settle = tuple[int | None, str, Any]  # (task id or None when it cannot exist, lease id, extra)
+
+
+def api_time(value: datetime | None) -> str | None:
+    """RFC 3339, UTC, milliseconds (truncated): 2026-11-29T11:28:36.123Z."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# api_time in SQL, for PostgreSQL to write in the statement that reads the time.
+API_TIME_SQL = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
 
 def current_time() -> datetime:

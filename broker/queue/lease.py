@@ -22,6 +22,7 @@ from broker.queue.base import (
     Delivery,
     Outcome,
     Settle,
+    api_time,
     aware,
     current_time,
     kept_error,
@@ -108,7 +109,8 @@ def _claim_generic(
         )
         moves = [(row[4], State.READY.value, _HANDED_OUT) for row in found]
         counters.bump(counters.count_moves(("claim",), moves))
-    return [(*row[:2], row[2] + 1, *row[3:7], aware(row[7]), aware(row[8])) for row in found]
+    return [(*row[:2], row[2] + 1, *row[3:7], api_time(aware(row[7])), api_time(aware(row[8])))
+            for row in found]
 
 
 # -- settle -----------------------------------------------------------------------------------
@@ -121,6 +123,8 @@ def settle(acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[Settled]:
     Answers acks then nacks, in order, each as its single call would: settled, TaskNotHeld (not
     handed out, or settled by an earlier item) or LeaseMismatch (handed out under another lease).
     """
+    if not acks and not nacks:
+        return []
     now = current_time()
     acks = [(pk, storable(lease), None if r is None else json.dumps(r)) for pk, lease, r in acks]
     nacks = [(pk, storable(lease), kept_error(e)) for pk, lease, e in nacks]
@@ -155,7 +159,8 @@ def _settle_pg(
         "retry_max_ms": settings.BROKER_RETRY_MAX_MS,
     }
     with connection.cursor() as cursor:
-        cursor.execute(sql.SETTLE, params)
+        statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
+        cursor.execute(statement, params)
         rows = cursor.fetchall()
     return [Settled(_OUTCOMES[code], queue, attempts, state) for _, code, queue, attempts, state
             in rows]

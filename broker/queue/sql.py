@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from broker.models import COUNTER_COLUMNS, DURATION_BUCKETS, Task
+from broker.queue.base import API_TIME_SQL
 from broker.states import GAUGE_STATES, TRANSITIONS
 from broker.wakeup import CHANNEL
 
@@ -134,15 +135,25 @@ def backoff(attempts: str, jitter: str) -> str:
 
 # -- enqueue ----------------------------------------------------------------------------------
 
+# A new task's columns: what the enqueue gives, or a constant.
+NEW_VALUES = ("state", "queue", "priority", "type", "payload", "max_attempts", "available_at",
+              "idempotency_key")
+_NEW_CONSTANTS = {"attempts": "0", "created_at": "%(now)s", "updated_at": "%(now)s"}
 _NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
 _ENQUEUE_EVENTS = ("enqueue", "enqueue_delayed")
+
+
+def _new_value(column: str) -> str:
+    if column in NEW_VALUES:
+        return f"%({column})s"
+    return _NEW_CONSTANTS.get(column, "NULL")
 
 
 def _enqueue(deferred: bool) -> str:
     return (
         "WITH new AS ("
         f" INSERT INTO broker_task ({', '.join(_NEW_COLUMNS)})"
-        f" VALUES ({', '.join(f'%({c})s' for c in _NEW_COLUMNS)})"
+        f" VALUES ({', '.join(_new_value(c) for c in _NEW_COLUMNS)})"
         " ON CONFLICT (idempotency_key) DO NOTHING"
         " RETURNING id, queue, NULL::text AS o, state AS n"
         f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
@@ -186,6 +197,8 @@ CLAIM_COLUMNS = (
     "available_at",
 )
 _CLAIM_ORDER = "priority, available_at, id"
+# What a claim answers: the times already as API text (no parsing and formatting per row).
+_CLAIM_OUT = [API_TIME_SQL.format(c) if c.endswith("_at") else c for c in CLAIM_COLUMNS]
 
 
 def _claim(picked: str) -> str:
@@ -200,7 +213,7 @@ def _claim(picked: str) -> str:
         f" FROM picked WHERE t.id = picked.id RETURNING {returning},"
         " 'ready'::text AS o, t.state AS n"
         f"), counted AS ({counted('claimed', ('claim',))})"
-        f" SELECT {', '.join(CLAIM_COLUMNS)} FROM claimed ORDER BY {_CLAIM_ORDER}"
+        f" SELECT {', '.join(_CLAIM_OUT)} FROM claimed ORDER BY {_CLAIM_ORDER}"
     )
 
 
@@ -225,48 +238,75 @@ CLAIM_QUEUES = _claim(
 
 # -- settle: ack and nack, one or many --------------------------------------------------------
 
-# Items are numbered acks first, then nacks; `wanted` keeps the first of repeated (id, lease)
-# pairs. Rows are locked in id order, so two settles of the same tasks never deadlock. The last
-# SELECT reads the tasks as they were before this statement: an item not settled is a 409 when
-# its task was handed out under another lease, else a 404.
-SETTLE = (
-    "WITH items AS ("
+_ACK_ITEMS = (
     " SELECT a.n AS pos, a.id, a.lease_id, a.body, 'ack'::text AS kind, 0::float8 AS jitter"
     " FROM unnest(%(ack_ids)s::bigint[], %(ack_leases)s::text[], %(ack_bodies)s::text[])"
     " WITH ORDINALITY AS a(id, lease_id, body, n)"
-    " UNION ALL"
-    " SELECT %(acks)s + k.n, k.id, k.lease_id, k.body, 'nack', k.jitter"
+)
+_NACK_ITEMS = (
+    " SELECT %(acks)s + k.n AS pos, k.id, k.lease_id, k.body, 'nack'::text AS kind, k.jitter"
     " FROM unnest(%(nack_ids)s::bigint[], %(nack_leases)s::text[], %(nack_bodies)s::text[],"
     " %(nack_jitter)s::float8[]) WITH ORDINALITY AS k(id, lease_id, body, jitter, n)"
-    "), wanted AS ("
-    " SELECT DISTINCT ON (id, lease_id) * FROM items WHERE id IS NOT NULL"
-    " ORDER BY id, lease_id, pos"
-    "), picked AS ("
-    " SELECT t.id, t.attempts, t.max_attempts, t.claimed_at, w.pos, w.kind, w.body,"
-    f" {backoff('t.attempts', 'w.jitter')} AS wait"
-    " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
-    " WHERE t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
-    "), moved AS ("
-    " UPDATE broker_task t SET"
-    " state = CASE WHEN p.kind = 'ack' THEN 'done'"
-    "  WHEN p.attempts < p.max_attempts THEN 'delayed' ELSE 'dead' END,"
-    " result = CASE WHEN p.kind = 'ack' THEN p.body ELSE t.result END,"
-    " last_error = CASE WHEN p.kind = 'nack' THEN p.body ELSE t.last_error END,"
-    " available_at = CASE WHEN p.kind = 'nack' AND p.attempts < p.max_attempts"
-    "  THEN %(now)s + p.wait * interval '1 millisecond'"
-    "  ELSE t.available_at END,"
-    " lease_id = NULL, lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
-    " FROM picked p WHERE t.id = p.id"
-    " RETURNING t.id, t.queue, t.attempts, p.pos, p.kind, p.body, 'handed_out'::text AS o,"
-    f" t.state AS n, {bucket('extract(epoch FROM %(now)s - p.claimed_at)')} AS b,"
-    " greatest((extract(epoch FROM %(now)s - p.claimed_at) * 1000000)::bigint, 0) AS us"
-    "), errors AS ("
-    " INSERT INTO broker_taskerror (task_id, attempt, at, error)"
-    " SELECT id, attempts, %(now)s, body FROM moved WHERE kind = 'nack'"
-    f"), counted AS ({counted('moved', ('ack', 'nack_retry', 'nack_bury'), timed=True)})"
-    " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
-    "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2 ELSE 1 END,"
-    " m.queue, m.attempts, m.n"
-    " FROM items i LEFT JOIN moved m ON m.pos = i.pos LEFT JOIN broker_task cur ON cur.id = i.id"
-    " ORDER BY i.pos"
 )
+_RETRY = "p.attempts < p.max_attempts"
+
+
+def _settle(acks: bool, nacks: bool) -> str:
+    """The settle statement for acks, nacks or both (each alone is shorter: psycopg caches the
+    parsing of statements up to 4 KiB, and PostgreSQL plans less).
+
+    Items are numbered acks first, then nacks; `wanted` keeps the first of repeated (id, lease)
+    pairs. Rows are locked in id order, so two settles of the same tasks never deadlock. The last
+    SELECT reads the tasks as they were before this statement: an item not settled is a 409 when
+    its task was handed out under another lease, else a 404.
+    """
+    items = " UNION ALL".join(p for p, on in ((_ACK_ITEMS, acks), (_NACK_ITEMS, nacks)) if on)
+    if acks and nacks:
+        state = f"CASE WHEN p.kind = 'ack' THEN 'done' WHEN {_RETRY} THEN 'delayed' ELSE 'dead' END"
+        result = "CASE WHEN p.kind = 'ack' THEN p.body ELSE t.result END"
+        error = "CASE WHEN p.kind = 'nack' THEN p.body ELSE t.last_error END"
+        retry = f"p.kind = 'nack' AND {_RETRY}"
+    elif acks:
+        state, result, error, retry = "'done'", "p.body", "t.last_error", ""
+    else:
+        state = f"CASE WHEN {_RETRY} THEN 'delayed' ELSE 'dead' END"
+        result, error, retry = "t.result", "p.body", _RETRY
+    available = (
+        f"CASE WHEN {retry} THEN %(now)s + p.wait * interval '1 millisecond'"
+        " ELSE t.available_at END" if retry else "t.available_at"
+    )
+    wait = f", {backoff('t.attempts', 'w.jitter')} AS wait" if nacks else ""
+    events = ("ack",) * acks + ("nack_retry", "nack_bury") * nacks
+    errors = (
+        "), errors AS (INSERT INTO broker_taskerror (task_id, attempt, at, error)"
+        " SELECT id, attempts, %(now)s, body FROM moved WHERE kind = 'nack'" if nacks else ""
+    )
+    return (
+        f"WITH items AS ({items}"
+        "), wanted AS ("
+        " SELECT DISTINCT ON (id, lease_id) * FROM items WHERE id IS NOT NULL"
+        " ORDER BY id, lease_id, pos"
+        "), picked AS ("
+        f" SELECT t.id, t.attempts, t.max_attempts, t.claimed_at, w.pos, w.kind, w.body{wait}"
+        " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
+        " WHERE t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
+        "), moved AS ("
+        f" UPDATE broker_task t SET state = {state}, result = {result}, last_error = {error},"
+        f" available_at = {available},"
+        " lease_id = NULL, lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
+        " FROM picked p WHERE t.id = p.id"
+        " RETURNING t.id, t.queue, t.attempts, p.pos, p.kind, p.body, 'handed_out'::text AS o,"
+        f" t.state AS n, {bucket('extract(epoch FROM %(now)s - p.claimed_at)')} AS b,"
+        " greatest((extract(epoch FROM %(now)s - p.claimed_at) * 1000000)::bigint, 0) AS us"
+        f"{errors}"
+        f"), counted AS ({counted('moved', events, timed=True)})"
+        " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
+        "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2 ELSE 1 END,"
+        " m.queue, m.attempts, m.n FROM items i LEFT JOIN moved m ON m.pos = i.pos"
+        " LEFT JOIN broker_task cur ON cur.id = i.id ORDER BY i.pos"
+    )
+
+
+SETTLE = _settle(acks=True, nacks=True)
+SETTLE_ACKS = _settle(acks=True, nacks=False)
+SETTLE_NACKS = _settle(acks=False, nacks=True)
