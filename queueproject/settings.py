@@ -81,6 +81,9 @@ _HUMAN_ONLY_MIDDLEWARE = {
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Slash redirects and frame options are for pages; BodyLimitMiddleware checks the Host.
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 }
 BROKER_API_MIDDLEWARE = [m for m in MIDDLEWARE if m not in _HUMAN_ONLY_MIDDLEWARE]
 
