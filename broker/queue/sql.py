@@ -19,6 +19,8 @@ COUNTER_TABLE = "broker_queuecounter"
 DELTA_TABLE = "broker_counterdelta"
 
 
+# Arrays go as binary parameters (%(name)b): psycopg's text format escapes every element with a
+# regular expression, ten times slower (3 ms for 500 payloads, measured).
 # Moved rows expose o (state before, NULL for a new task), n (state after) and, when timed, b:
 # the histogram bucket of the claim → settle duration. Short names: psycopg caches the parsing of
 # statements up to 4 KiB only, and the settle statement is near that.
@@ -174,9 +176,9 @@ def _enqueue_many(deferred: bool) -> str:
         " available_at, created_at, updated_at)"
         " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts,"
         " u.available_at, %(now)s, %(now)s"
-        " FROM unnest(%(state)s::varchar[], %(queue)s::varchar[], %(priority)s::smallint[],"
-        " %(type)s::varchar[], %(payload)s::text[], %(max_attempts)s::smallint[],"
-        " %(available_at)s::timestamptz[])"
+        " FROM unnest(%(state)b::varchar[], %(queue)b::varchar[], %(priority)b::smallint[],"
+        " %(type)b::varchar[], %(payload)b::text[], %(max_attempts)b::smallint[],"
+        " %(available_at)b::timestamptz[])"
         " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, available_at,"
         " n) ORDER BY u.n"
         " RETURNING id, queue, NULL::text AS o, state AS n"
@@ -230,7 +232,7 @@ CLAIM_ONE_QUEUE = _claim(_pick(" AND queue = %(queue)s"))
 # Several queues: each queue's own index range (a LATERAL per queue), then the best `limit` of
 # those. `queue = ANY(...)` would read every ready row of those queues and sort them.
 CLAIM_QUEUES = _claim(
-    "SELECT c.id FROM unnest(%(queues)s::varchar[]) AS q(name) CROSS JOIN LATERAL ("
+    "SELECT c.id FROM unnest(%(queues)b::varchar[]) AS q(name) CROSS JOIN LATERAL ("
     f"SELECT id, priority, available_at FROM broker_task WHERE state = 'ready' AND queue = q.name"
     f" ORDER BY {_CLAIM_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c"
     f" ORDER BY c.priority, c.available_at, c.id LIMIT %(limit)s"
@@ -240,13 +242,13 @@ CLAIM_QUEUES = _claim(
 
 _ACK_ITEMS = (
     " SELECT a.n AS pos, a.id, a.lease_id, a.body, 'ack'::text AS kind, 0::float8 AS jitter"
-    " FROM unnest(%(ack_ids)s::bigint[], %(ack_leases)s::text[], %(ack_bodies)s::text[])"
+    " FROM unnest(%(ack_ids)b::bigint[], %(ack_leases)b::text[], %(ack_bodies)b::text[])"
     " WITH ORDINALITY AS a(id, lease_id, body, n)"
 )
 _NACK_ITEMS = (
     " SELECT %(acks)s + k.n AS pos, k.id, k.lease_id, k.body, 'nack'::text AS kind, k.jitter"
-    " FROM unnest(%(nack_ids)s::bigint[], %(nack_leases)s::text[], %(nack_bodies)s::text[],"
-    " %(nack_jitter)s::float8[]) WITH ORDINALITY AS k(id, lease_id, body, jitter, n)"
+    " FROM unnest(%(nack_ids)b::bigint[], %(nack_leases)b::text[], %(nack_bodies)b::text[],"
+    " %(nack_jitter)b::float8[]) WITH ORDINALITY AS k(id, lease_id, body, jitter, n)"
 )
 _RETRY = "p.attempts < p.max_attempts"
 
