@@ -40,6 +40,7 @@ def _new_values(spec: NewTask, now: datetime) -> dict[str, Any]:
         "last_error": None,
         "created_at": now,
         "updated_at": now,
+        "backoff": spec.backoff,
     }
 
 
@@ -177,6 +178,7 @@ def _enqueue_many_pg(specs: list[NewTask], in_caller_transaction: bool) -> list[
         "type": [s.type for s in specs],
         "payload": [s.payload for s in specs],
         "max_attempts": [s.max_attempts for s in specs],
+        "backoff": [s.backoff for s in specs],
         "available_at": available,
         "shard": shard(),
     }

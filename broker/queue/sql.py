@@ -160,14 +160,14 @@ def _enqueue_many(deferred: bool) -> str:
     return (
         "WITH new AS ("
         " INSERT INTO broker_task (state, queue, priority, type, payload, attempts, max_attempts,"
-        " available_at, created_at, updated_at)"
-        " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts,"
+        " backoff, available_at, created_at, updated_at)"
+        " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts, u.backoff,"
         " u.available_at, %(now)s, %(now)s"
         " FROM unnest(%(state)s::varchar[], %(queue)s::varchar[], %(priority)s::smallint[],"
         " %(type)s::varchar[], %(payload)s::text[], %(max_attempts)s::smallint[],"
-        " %(available_at)s::timestamptz[])"
-        " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, available_at,"
-        " n) ORDER BY u.n"
+        " %(backoff)s::boolean[], %(available_at)s::timestamptz[])"
+        " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, backoff,"
+        " available_at, n) ORDER BY u.n"
         " RETURNING id, queue, NULL::text AS o, state AS n"
         f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
         f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"
@@ -194,7 +194,8 @@ def _claim(picked: str) -> str:
     return (
         f"WITH picked AS ({picked}"
         "), claimed AS ("
-        " UPDATE broker_task t SET state = 'handed_out', attempts = t.attempts + 1,"
+        # Saturated: a task with unlimited attempts must not overflow the smallint.
+        " UPDATE broker_task t SET state = 'handed_out', attempts = least(t.attempts + 1, 32767),"
         " lease_id = %(lease_id)s, lease_deadline = %(deadline)s, claimed_at = %(now)s,"
         " worker = %(worker)s, updated_at = %(now)s"
         f" FROM picked WHERE t.id = picked.id RETURNING {returning},"
@@ -228,7 +229,8 @@ CLAIM_QUEUES = _claim(
 # Items are numbered acks first, then nacks; `wanted` keeps the first of repeated (id, lease)
 # pairs. Rows are locked in id order, so two settles of the same tasks never deadlock. The last
 # SELECT reads the tasks as they were before this statement: an item not settled is a 409 when
-# its task was handed out under another lease, else a 404.
+# its task was handed out under another lease, else a 404. A nacked task without backoff waits
+# 0 ms in delayed (the sweeper's next tick promotes it); max_attempts NULL never buries.
 SETTLE = (
     "WITH items AS ("
     " SELECT a.n AS pos, a.id, a.lease_id, a.body, 'ack'::text AS kind, 0::float8 AS jitter"
@@ -242,17 +244,18 @@ SETTLE = (
     " SELECT DISTINCT ON (id, lease_id) * FROM items WHERE id IS NOT NULL"
     " ORDER BY id, lease_id, pos"
     "), picked AS ("
-    " SELECT t.id, t.attempts, t.max_attempts, t.claimed_at, w.pos, w.kind, w.body,"
-    f" {backoff('t.attempts', 'w.jitter')} AS wait"
+    " SELECT t.id, t.attempts, t.claimed_at, w.pos, w.kind, w.body,"
+    " (t.max_attempts IS NULL OR t.attempts < t.max_attempts) AS retry,"
+    f" CASE WHEN t.backoff THEN {backoff('t.attempts', 'w.jitter')} ELSE 0 END AS wait"
     " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
     " WHERE t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
     "), moved AS ("
     " UPDATE broker_task t SET"
     " state = CASE WHEN p.kind = 'ack' THEN 'done'"
-    "  WHEN p.attempts < p.max_attempts THEN 'delayed' ELSE 'dead' END,"
+    "  WHEN p.retry THEN 'delayed' ELSE 'dead' END,"
     " result = CASE WHEN p.kind = 'ack' THEN p.body ELSE t.result END,"
     " last_error = CASE WHEN p.kind = 'nack' THEN p.body ELSE t.last_error END,"
-    " available_at = CASE WHEN p.kind = 'nack' AND p.attempts < p.max_attempts"
+    " available_at = CASE WHEN p.kind = 'nack' AND p.retry"
     "  THEN %(now)s + p.wait * interval '1 millisecond'"
     "  ELSE t.available_at END,"
     " lease_id = NULL, lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
