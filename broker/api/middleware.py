@@ -12,6 +12,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
 from broker.api.errors import UNAVAILABLE, json_error
+from broker.sqs.limits import is_sqs_path
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ class JsonErrorMiddleware:
         response = self.get_response(request)
         if response.status_code >= 400 and is_api(request.path_info):
             content_type = response.get("Content-Type", "")
-            if not content_type.startswith("application/json"):
+            # SQS's errors are JSON too (application/x-amz-json-1.0), in SQS's own shape.
+            if not content_type.startswith(("application/json", "application/x-amz-json")):
                 reason = HTTPStatus(response.status_code).phrase
                 new = json_error(response.status_code, f"{reason}.")
                 for header in ("Allow", "WWW-Authenticate", "Retry-After"):
@@ -57,14 +59,17 @@ class JsonErrorMiddleware:
 
 
 class BodyLimitMiddleware:
-    """413 before reading a body over BROKER_MAX_BODY_BYTES; 401 without a valid bearer token."""
+    """413 before reading a body over BROKER_MAX_BODY_BYTES; 401 without a valid bearer token.
+
+    Not on /sqs: the SQS endpoint has its own body limit and its own signatures (broker/sqs).
+    """
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         path = request.path_info
-        if is_api(path):
+        if is_api(path) and not is_sqs_path(path):
             length = request.META.get("CONTENT_LENGTH") or "0"
             limit = settings.BROKER_MAX_BODY_BYTES
             if length.isdigit() and int(length) > limit:
