@@ -55,11 +55,13 @@ def find(name: str) -> SqsQueue | None:
 
 
 def _has_live_tasks(name: str) -> bool:
+    # A queue's counts are the sum over its counter rows and deferred deltas (either may be <0).
     live = Sum(F("ready") + F("handed_out") + F("delayed"))
-    return any(
-        (model.objects.filter(queue=name).aggregate(n=live)["n"] or 0) > 0
+    total = sum(
+        model.objects.filter(queue=name).aggregate(n=live)["n"] or 0
         for model in (QueueCounter, CounterDelta)
     )
+    return total > 0
 
 
 def resolve(call: Call) -> SqsQueue:

@@ -24,21 +24,23 @@ _NOT_CHANGEABLE = "Message does not exist or is not available for visibility tim
 
 
 def handle(delivery: Delivery) -> str:
-    """A ReceiptHandle: the task and the lease it is held under (opaque to clients)."""
-    return base64.urlsafe_b64encode(f"{delivery.task.pk}:{delivery.lease_id}".encode()).decode()
+    """A ReceiptHandle: the task, the lease it is held under, and its queue (opaque to clients;
+    the queue lets a handle used with another queue's URL be refused without a query)."""
+    task = delivery.task
+    return base64.urlsafe_b64encode(f"{task.pk}:{delivery.lease_id}:{task.queue}".encode()).decode()
 
 
-def held(receipt: Any) -> tuple[int, str]:
-    """(task id, lease id) named by a ReceiptHandle; ReceiptHandleIsInvalid if it names none."""
+def held(receipt: Any, found: SqsQueue) -> tuple[int, str]:
+    """(task id, lease id) named by a ReceiptHandle of this queue; else ReceiptHandleIsInvalid."""
     try:
-        pk_text, _, lease = base64.urlsafe_b64decode(str(receipt).encode()).decode().partition(":")
+        text = base64.urlsafe_b64decode(str(receipt).encode()).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        pk_text, lease = "", ""
+        text = ""
+    pk_text, _, rest = text.partition(":")
+    lease, _, queue_name = rest.partition(":")
     pk = parse_task_id(pk_text)
-    if pk is None or len(lease) != 32 or not lease.isalnum():
-        raise errors.ReceiptHandleIsInvalid(
-            f'The input receipt handle "{receipt}" is not a valid receipt handle.'
-        )
+    if pk is None or len(lease) != 32 or not lease.isalnum() or queue_name != found.name:
+        raise _invalid(str(receipt))
     return pk, lease
 
 
@@ -118,7 +120,7 @@ def delete_message(call: Call) -> dict[str, Any]:
     as in SQS; one naming no message of this queue is ReceiptHandleIsInvalid."""
     found = resolve(call)
     receipt = params.text(call.body, "ReceiptHandle")
-    pk, lease = held(receipt)
+    pk, lease = held(receipt, found)
     if queue.ack_many([(pk, lease, None)])[0] is not None and not _in_queue([pk], found):
         raise _invalid(receipt)
     return {}
@@ -132,7 +134,7 @@ def delete_message_batch(call: Call) -> dict[str, Any]:
     for entry in params.entries(call.body):
         try:
             receipt = params.text(entry, "ReceiptHandle")
-            items.append((entry["Id"], receipt, *held(receipt)))
+            items.append((entry["Id"], receipt, *held(receipt, found)))
         except errors.SqsError as refused:
             failed.append(refused.entry(entry["Id"]))
     outcomes = queue.ack_many([(pk, lease, None) for _, _, pk, lease in items]) if items else []
@@ -182,7 +184,7 @@ def change_message_visibility_batch(call: Call) -> dict[str, Any]:
 
 
 def _change(found: SqsQueue, receipt: str, seconds: int) -> None:
-    pk, lease = held(receipt)
+    pk, lease = held(receipt, found)
     try:
         if seconds == 0:
             queue.release(pk, lease_id=lease)
