@@ -7,7 +7,6 @@ import json
 import pytest
 from django.urls import reverse
 
-from broker import queue
 from broker.models import SqsQueue, Task
 from broker.states import State
 from tests.conftest import assert_invariant
@@ -217,4 +216,16 @@ def test_dead_sqs_message__in_admin_dlq(sqs: Sqs, queue_url, admin_client) -> No
     assert Task.objects.get(pk=pk).state == State.DEAD
     page = admin_client.get(reverse("admin:broker_deadtask_changelist"))
     assert f"/admin/broker/deadtask/{pk}/change/" in page.content.decode()
-    assert queue.stats()["queues"]["toadmin"]["dead"] == 1
+    assert admin_client.get(reverse("admin:broker_task_change", args=[pk])).status_code == 200
+    dashboard = json.loads(admin_client.get("/dashboard/data.json").content)
+    assert dashboard["queues"]["toadmin"]["dead"] == 1
+    assert dashboard["invariant"]["healthy"]
+
+
+def test_unlimited_message__admin_shows_attempts_without_a_max(sqs: Sqs, queue_url, admin_client):
+    url = queue_url("unlimited")
+    pk = int(_send(sqs, url))
+    _receive(sqs, url, VisibilityTimeout=0)
+    listing = admin_client.get(reverse("admin:broker_task_changelist")).content.decode()
+    assert "1/∞" in listing
+    assert admin_client.get(reverse("admin:broker_task_change", args=[pk])).status_code == 200
