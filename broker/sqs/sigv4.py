@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import re
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from functools import lru_cache
 from urllib.parse import parse_qsl, quote
 
@@ -41,7 +42,12 @@ def verify(request: HttpRequest, body: bytes, credentials: dict[str, str], now: 
     names = signed.split(";")
     if "host" not in names:
         raise errors.SignatureDoesNotMatch("The host header must be signed.")
-    canonical = canonical_request(request, names, hashlib.sha256(body).hexdigest())
+    payload_hash = hashlib.sha256(body).hexdigest()
+    declared = request.META.get("HTTP_X_AMZ_CONTENT_SHA256")
+    if declared is not None and declared != payload_hash:
+        # Signed or not, a declared hash that is not the body's would let the body be swapped.
+        raise errors.SignatureDoesNotMatch("X-Amz-Content-Sha256 is not the SHA-256 of the body.")
+    canonical = canonical_request(request, names, payload_hash)
     scope_text = "/".join(scope[1:])
     to_sign = "\n".join(
         (ALGORITHM, stamp, scope_text, hashlib.sha256(canonical.encode()).hexdigest())
@@ -54,13 +60,17 @@ def verify(request: HttpRequest, body: bytes, credentials: dict[str, str], now: 
 
 
 def _checked_date(request: HttpRequest, day: str, now: datetime) -> str:
-    """X-Amz-Date: present, of the scope's day, within SQS's 15 minutes of our clock."""
+    """X-Amz-Date (or, without it, Date): of the scope's day, within 15 minutes of our clock."""
     stamp = request.META.get("HTTP_X_AMZ_DATE", "")
     try:
-        signed_at = datetime.strptime(stamp, _DATE_FORMAT).replace(tzinfo=UTC)
-    except ValueError:
+        if stamp or "HTTP_DATE" not in request.META:
+            signed_at = datetime.strptime(stamp, _DATE_FORMAT).replace(tzinfo=UTC)
+        else:
+            signed_at = parsedate_to_datetime(request.META["HTTP_DATE"]).astimezone(UTC)
+            stamp = signed_at.strftime(_DATE_FORMAT)
+    except (ValueError, TypeError):
         raise errors.SignatureDoesNotMatch(
-            "X-Amz-Date is missing or not yyyyMMddTHHmmssZ."
+            "X-Amz-Date (or Date) is missing or not a date."
         ) from None
     if stamp[:8] != day:
         raise errors.SignatureDoesNotMatch("The credential scope's date is not X-Amz-Date's.")

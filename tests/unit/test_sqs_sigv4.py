@@ -137,3 +137,23 @@ def test_verify__malformed_header__signature_does_not_match() -> None:
 
 def test_canonical_query__sorted_and_encoded() -> None:
     assert sigv4.canonical_query("b=2&a=x y&a=1") == "a=1&a=x%20y&b=2"
+
+
+def test_verify__date_header_instead_of_x_amz_date__accepted() -> None:
+    # botocore signs with Date when the request already carries one.
+    request = AWSRequest(
+        method="POST",
+        url="http://127.0.0.1:8080/sqs",
+        data=BODY,
+        headers={"Content-Type": "application/x-amz-json-1.0", "Date": "x"},
+    )
+    SigV4Auth(Credentials(KEY, SECRET), "sqs", "us-east-1").add_auth(request)
+    headers = dict(request.headers.items())
+    assert "X-Amz-Date" not in headers
+    assert sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now()) == KEY
+
+
+def test_verify__declared_payload_hash_not_the_body__signature_does_not_match() -> None:
+    headers = {**_signed(), "X-Amz-Content-Sha256": "0" * 64}
+    with pytest.raises(errors.SignatureDoesNotMatch, match="X-Amz-Content-Sha256"):
+        sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now())
