@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from broker import queue
@@ -79,7 +80,7 @@ def message(delivery: Delivery, system: set[str], wanted: list[str]) -> dict[str
     every = "All" in system
     known = {
         "ApproximateReceiveCount": str(task.attempts),
-        "SentTimestamp": str(int(task.created_at.timestamp() * 1000)),
+        "SentTimestamp": str(_epoch_ms(task.created_at)),
     }
     trace = system_attributes.get("AWSTraceHeader", {}).get("StringValue")
     if trace is not None:
@@ -200,3 +201,9 @@ def _change(found: SqsQueue, receipt: str, seconds: int) -> None:
         raise errors.InvalidParameterValue(
             f"Value {receipt} for parameter ReceiptHandle is invalid. Reason: {_NOT_CHANGEABLE}"
         ) from None
+
+
+def _epoch_ms(api_time: str) -> int:
+    """A claim's created_at (API text, UTC, milliseconds) as epoch milliseconds."""
+    sent = datetime.fromisoformat(api_time.replace("Z", "+00:00"))
+    return (sent - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
