@@ -53,6 +53,9 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str | None, tuple[str, ...]]] = {
     "reclaim_retry": (frozenset({State.HANDED_OUT}), State.DELAYED, ("reclaimed", "retried")),
     "reclaim_bury": (frozenset({State.HANDED_OUT}), State.DEAD, ("reclaimed", "buried")),
     "promote": (frozenset({State.DELAYED}), State.READY, ()),
+    # A failed attempt of a task without backoff (an SQS message: a lapsed visibility timeout, or
+    # ChangeMessageVisibility to 0) is ready again at once; out of attempts it is "reclaim_bury".
+    "release": (frozenset({State.HANDED_OUT}), State.READY, ("reclaimed", "retried")),
     "requeue": (frozenset({State.DEAD}), State.READY, ("requeued",)),
     "cancel": (
         frozenset({State.READY, State.DELAYED, State.HANDED_OUT}),

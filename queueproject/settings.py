@@ -187,6 +187,24 @@ SPECTACULAR_SETTINGS = {
 # The broker's own settings (API.md, "Settings").
 # "a, b" means tokens "a" and "b": spaces around commas are not part of a token.
 BROKER_API_TOKENS = [t.strip() for t in env.list("BROKER_API_TOKENS", default=[]) if t.strip()]
+
+
+def _sqs_credentials(entries: list[str]) -> dict[str, str]:
+    """BROKER_SQS_CREDENTIALS "key_id:secret,..." → {key_id: secret}; a malformed entry stops
+    the process at start."""
+    found: dict[str, str] = {}
+    for entry in (e.strip() for e in entries):
+        key_id, _, secret = entry.partition(":")
+        if not key_id or not secret:
+            from django.core.exceptions import ImproperlyConfigured
+
+            raise ImproperlyConfigured("BROKER_SQS_CREDENTIALS: key_id:secret,... (a key is empty)")
+        found[key_id] = secret
+    return found
+
+
+# Access keys that may sign SQS requests (AWS Signature V4) while BROKER_API_TOKENS is set.
+BROKER_SQS_CREDENTIALS = _sqs_credentials(env.list("BROKER_SQS_CREDENTIALS", default=[]))
 BROKER_SWEEP_INTERVAL_MS = env.int("BROKER_SWEEP_INTERVAL_MS", default=250)
 BROKER_RETRY_BASE_MS = env.int("BROKER_RETRY_BASE_MS", default=1000)
 BROKER_RETRY_MAX_MS = env.int("BROKER_RETRY_MAX_MS", default=30000)

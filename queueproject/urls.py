@@ -51,6 +51,7 @@ def index(request: HttpRequest) -> HttpResponse:
 # The API first, its hottest routes first: Django tries patterns in order on every request.
 urlpatterns = [
     path("", include("broker.api.urls")),
+    path("", include("broker.sqs.urls")),
     path("admin/", admin.site.urls),
     path("dashboard/", include("broker.dashboard.urls")),
     re_path(r"^api/schema/?$", SchemaView.as_view(), name="schema"),

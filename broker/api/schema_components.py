@@ -38,7 +38,9 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
     "payload": ANY_JSON,
     "attempts": {**_COUNT, "description": "Deliveries so far, this one included."},
     "max_attempts": {
-        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "maximum": limits.MAX_ATTEMPTS
+        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "nullable": True,
+        "description": "At most 100 over this API; up to 1000 (an SQS RedrivePolicy), or null "
+        "(unlimited: an SQS message without one) for messages sent over `/sqs`.",
     },
     "queue": {"type": "string"},
     "priority": ref("Priority"),

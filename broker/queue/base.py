@@ -28,12 +28,13 @@ class NewTask:
     """What an enqueue asks for, already validated."""
 
     payload: str  # JSON text
-    max_attempts: int = 3
+    max_attempts: int | None = 3  # None: unlimited
     delay_ms: int = 0
     queue: str = "default"
     priority: int = 1
     type: str | None = None
     idempotency_key: str | None = None
+    backoff: bool = True  # False: a failed attempt is retried at once (SQS messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ class ClaimedTask:
     pk: int
     payload: str  # JSON text, as stored
     attempts: int
-    max_attempts: int
+    max_attempts: int | None
     queue: str
     priority: int
     type: str | None
@@ -105,6 +106,11 @@ def kept_error(error: str | None) -> str:
     if len(error) > MAX_KEPT_ERROR_CHARS:
         error = error[: MAX_KEPT_ERROR_CHARS - len(TRUNCATED)] + TRUNCATED
     return storable(error)
+
+
+def retries_left(attempts: int, max_attempts: int | None) -> bool:
+    """Whether a task that failed its `attempts`-th attempt is tried again (None: unlimited)."""
+    return max_attempts is None or attempts < max_attempts
 
 
 def retry_delay(attempts: int, jitter: float | None = None) -> timedelta:

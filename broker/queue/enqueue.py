@@ -31,6 +31,7 @@ def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
         "max_attempts": spec.max_attempts,
         "available_at": now + timedelta(milliseconds=spec.delay_ms) if delayed else now,
         "idempotency_key": spec.idempotency_key,
+        "backoff": spec.backoff,
     }
 
 

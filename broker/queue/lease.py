@@ -26,6 +26,7 @@ from broker.queue.base import (
     aware,
     current_time,
     kept_error,
+    retries_left,
     retry_delay,
     shard,
     storable,
@@ -179,7 +180,9 @@ def _settle_generic(
             for row in Task.objects.select_for_update()
             .filter(pk__in=ids, state=_HANDED_OUT)
             .order_by("pk")
-            .values_list("pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at")
+            .values_list(
+                "pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at", "backoff"
+            )
         }
         done: set[int] = set()
         updates, errors, moves = [], [], []
@@ -196,11 +199,12 @@ def _settle_generic(
                 answers.append(Settled(TaskNotHeld))
                 continue
             done.add(pk)
-            _, _, attempts, max_attempts, queue, claimed_at = row
+            _, _, attempts, max_attempts, queue, claimed_at, backoff = row
             if is_ack:
                 state, available_at = State.DONE.value, None
-            elif attempts < max_attempts:
-                state, available_at = State.DELAYED.value, now + retry_delay(attempts)
+            elif retries_left(attempts, max_attempts):
+                wait = retry_delay(attempts) if backoff else timedelta(0)
+                state, available_at = State.DELAYED.value, now + wait
             else:
                 state, available_at = State.DEAD.value, None
             updates.append((state, available_at, None if is_ack else body,
