@@ -132,7 +132,10 @@ def settle(acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[Settled]:
     acks = [(pk, storable(lease), None if r is None else json.dumps(r)) for pk, lease, r in acks]
     nacks = [(pk, storable(lease), kept_error(e)) for pk, lease, e in nacks]
     if connection.vendor == "postgresql":
-        answers = _settle_pg(acks, nacks, now)
+        if len(acks) == 1 and not nacks:
+            answers = [_ack_one_pg(*acks[0], now)]
+        else:
+            answers = _settle_pg(acks, nacks, now)
     else:
         answers = _settle_generic(acks, nacks, now)
     if len(answers) == 1:
@@ -145,6 +148,21 @@ def settle(acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[Settled]:
         for state, n in Counter(a.state for a in answers if a.error is None).items():
             observe.moved(_HANDED_OUT, state or "", count=n)
     return answers
+
+
+def _ack_one_pg(pk: int | None, lease_id: str, body: str | None, now: datetime) -> Settled:
+    if pk is None:
+        return Settled(TaskNotHeld)
+    params = {"id": pk, "lease_id": lease_id, "body": body, "now": now, "shard": shard()}
+    with connection.cursor() as cursor:
+        cursor.execute(sql.ACK_ONE, params)
+        row = cursor.fetchone()
+        if row is not None:
+            return Settled(None, row[0], row[1], State.DONE.value)
+        cursor.execute("SELECT state FROM broker_task WHERE id = %s", [pk])
+        found = cursor.fetchone()
+    held = found is not None and found[0] == _HANDED_OUT
+    return Settled(LeaseMismatch if held else TaskNotHeld)
 
 
 def _settle_pg(

@@ -286,6 +286,8 @@ def _settle(acks: bool, nacks: bool) -> str:
         else ""
     )
     events = ("ack",) * acks + ("nack_retry", "nack_bury") * nacks
+    ids = " || ".join(p for p, on in (("%(ack_ids)b::bigint[]", acks),
+                                      ("%(nack_ids)b::bigint[]", nacks)) if on)
     # A task with unlimited attempts (max_attempts NULL) never reaches the DLQ, where a requeue
     # would trim its history: its nacks keep the newest errors only (this one is not yet visible
     # to the DELETE, hence one fewer).
@@ -308,7 +310,8 @@ def _settle(acks: bool, nacks: bool) -> str:
         "), picked AS ("
         f" SELECT t.id, t.attempts, t.claimed_at, w.pos, w.kind, w.body{wait}"
         " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
-        " WHERE t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
+        # By key: a generic plan, guessing 100 items, would rather scan every handed-out task.
+        f" WHERE t.id = ANY({ids}) AND t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
         "), moved AS ("
         f" UPDATE broker_task t SET state = {state}, result = {result}, last_error = {error},"
         f" available_at = {available},"
@@ -328,5 +331,18 @@ def _settle(acks: bool, nacks: bool) -> str:
 
 
 SETTLE = _settle(acks=True, nacks=True)
+# One ack, the hot path of a one-task-at-a-time worker: an UPDATE by key and its counters. When it
+# moves nothing, the caller reads the task once to tell 404 from 409.
+ACK_ONE = (
+    "WITH moved AS ("
+    " UPDATE broker_task t SET state = 'done', result = %(body)s, lease_id = NULL,"
+    " lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
+    " WHERE t.id = %(id)s AND t.state = 'handed_out' AND t.lease_id = %(lease_id)s"
+    " RETURNING t.queue, t.attempts, 'handed_out'::text AS o, t.state AS n,"
+    f" {bucket('extract(epoch FROM %(now)s - t.claimed_at)')} AS b,"
+    " greatest((extract(epoch FROM %(now)s - t.claimed_at) * 1000000)::bigint, 0) AS us"
+    f"), counted AS ({counted('moved', ('ack',), timed=True)})"
+    " SELECT queue, attempts FROM moved"
+)
 SETTLE_ACKS = _settle(acks=True, nacks=False)
 SETTLE_NACKS = _settle(acks=False, nacks=True)
