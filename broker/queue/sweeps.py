@@ -8,7 +8,7 @@ from django.db import transaction
 
 from broker import observe
 from broker.models import Task, TaskError
-from broker.queue import counters
+from broker.queue import counters, restricted
 from broker.queue.base import LEASE_EXPIRED, current_time, retry_delay
 from broker.queue.lease import write_settled
 from broker.states import FINISHED_STATES, TRANSITIONS, State
@@ -46,6 +46,7 @@ def reclaim_expired(limit: int = 500) -> int:
             for pk, _, attempts, _ in rows
         )
         counters.bump(counters.count_moves(("reclaim_retry", "reclaim_bury"), moves))
+        restricted.wake_freed(Counter(queue for queue, _, _ in moves))
     if len(rows) == 1:
         pk, queue, attempts, _ = rows[0]
         observe.moved(State.HANDED_OUT, moves[0][2], task=pk, queue=queue, attempts=attempts)
