@@ -5,6 +5,7 @@ notes to ClaimScope once a second, one upsert for every scope seen since, so how
 process answers, it writes at most one statement a second. A queue has workers when a row for it,
 or for "*" (a claim from every queue), was seen within WORKERS_SEEN_S.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,9 +48,7 @@ class ClaimLog:
         with self._lock:
             for scope in queues or (EVERY_QUEUE,):
                 self._pending[scope] = now
-        if settings.BROKER_CLAIM_LOG_THREAD and (
-            self._thread is None or self._pid != os.getpid()
-        ):
+        if settings.BROKER_CLAIM_LOG_THREAD and (self._thread is None or self._pid != os.getpid()):
             self._start()
 
     def flush(self) -> int:

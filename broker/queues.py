@@ -1,5 +1,6 @@
 """Queue settings: paused, max_in_flight, rate_per_s. Not task state (broker.queue owns that):
 the API, admin and tests change them only through update() here."""
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ timing was set. fire_due() locks due rows with SKIP LOCKED and, in the same tran
 enqueues (through broker.queue) and moves next_run_at past now: however many sweepers run, a due
 time enqueues one task, and a stretch of missed due times enqueues one.
 """
+
 from __future__ import annotations
 
 import json
@@ -119,11 +120,18 @@ def _job_problems(job: Any) -> tuple[str | None, dict[str, list[str]]]:
     try:
         spec = validation.new_task(job)
     except InvalidTaskError as exc:
-        return None, {f"job.{name}": msgs for name, msgs in exc.fields.items()}
+        # "body" is the enqueue body as a whole (say, null): here that is the job itself.
+        return None, {
+            "job" if name in ("", "body") else f"job.{name}": msgs
+            for name, msgs in exc.fields.items()
+        }
     if spec.idempotency_key is not None:
         # One key would make every due time after the first enqueue nothing.
-        return None, {"job.idempotency_key": ["A schedule's job cannot carry one: each due "
-                                              "time enqueues a task of its own."]}
+        return None, {
+            "job.idempotency_key": [
+                "A schedule's job cannot carry one: each due time enqueues a task of its own."
+            ]
+        }
     return validation.dump_json(job), {}
 
 

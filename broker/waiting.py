@@ -3,6 +3,7 @@
 The reasons and their order are API.md's: delayed, retry_backoff, queue_paused, queue_full,
 rate_limited, no_workers, queued. Reads settings, counter rows and claim notes; never a claim.
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -42,8 +43,11 @@ def explain(task_id: int) -> dict[str, Any] | None:
             return {"reason": "retry_backoff", "until": _stamp(available_at),
                     "detail": f"Attempt {attempts} failed; the retry waits until "
                               f"{_stamp(available_at)}."}  # fmt: skip
-        return {"reason": "delayed", "until": _stamp(available_at),
-                "detail": f"Enqueued with a delay: it becomes ready at {_stamp(available_at)}."}
+        return {
+            "reason": "delayed",
+            "until": _stamp(available_at),
+            "detail": f"Enqueued with a delay: it becomes ready at {_stamp(available_at)}.",
+        }
     return _held(queue_name) or _queued(task_id, queue_name, priority, available_at)
 
 
@@ -51,12 +55,13 @@ def _held(queue_name: str) -> dict[str, Any] | None:
     """The first reason the queue's settings or its workers give a ready task, if any."""
     settings = Queue.objects.filter(name=queue_name).first()
     if settings is not None and settings.paused:
-        return {"reason": "queue_paused",
-                "detail": f"The queue {queue_name!r} is paused: claims take nothing from it."}
+        return {
+            "reason": "queue_paused",
+            "detail": f"The queue {queue_name!r} is paused: claims take nothing from it.",
+        }
     if settings is not None and settings.max_in_flight is not None:
         in_flight = (
-            QueueCounter.objects.filter(queue=queue_name).aggregate(n=Sum("handed_out"))["n"]
-            or 0
+            QueueCounter.objects.filter(queue=queue_name).aggregate(n=Sum("handed_out"))["n"] or 0
         )
         if in_flight >= settings.max_in_flight:
             return {"reason": "queue_full",
@@ -67,9 +72,11 @@ def _held(queue_name: str) -> dict[str, Any] | None:
             settings.rate_per_s, settings.tokens, settings.refilled_at, current_time()
         )
         if tokens < 1:
-            return {"reason": "rate_limited",
-                    "detail": f"The queue {queue_name!r} hands out at most "
-                              f"{settings.rate_per_s:g} tasks a second, and has just done so."}
+            return {
+                "reason": "rate_limited",
+                "detail": f"The queue {queue_name!r} hands out at most "
+                f"{settings.rate_per_s:g} tasks a second, and has just done so.",
+            }
     if not workers_seen(queue_name):
         return {"reason": "no_workers",
                 "detail": f"No claim request that could take from {queue_name!r} came in the "
@@ -77,9 +84,7 @@ def _held(queue_name: str) -> dict[str, Any] | None:
     return None
 
 
-def _queued(
-    task_id: int, queue_name: str, priority: int, available_at: datetime
-) -> dict[str, Any]:
+def _queued(task_id: int, queue_name: str, priority: int, available_at: datetime) -> dict[str, Any]:
     """`queued`, with how many ready tasks of the queue are claimed before this one."""
     ahead = (
         Task.objects.ready([queue_name])

@@ -1,4 +1,5 @@
 """Operating queues: GET/PATCH /queues, and /schedules (API.md: "Queues", "Schedules")."""
+
 from __future__ import annotations
 
 import json

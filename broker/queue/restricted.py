@@ -8,6 +8,7 @@ locks), refills each token bucket by the database's clock, and claims at most wh
 from the other queues of its scope too unless they are restricted (read again in that statement).
 A paused queue's row is never locked: the claim statement itself leaves paused queues out.
 """
+
 from __future__ import annotations
 
 import math
@@ -104,9 +105,7 @@ def unless_gated(
     return rows
 
 
-def bucket(
-    rate: float, tokens: float, refilled_at: datetime | None, at: datetime
-) -> float:
+def bucket(rate: float, tokens: float, refilled_at: datetime | None, at: datetime) -> float:
     """The tokens a bucket of `rate` per second holds at `at` (capacity max(1, rate)).
 
     Over any T seconds a bucket spends at most rate * T + capacity tokens: API.md's bound.
@@ -118,9 +117,7 @@ def bucket(
     return min(capacity, tokens + rate * elapsed)
 
 
-def grant(
-    row: tuple[Any, ...], in_flight: int, at: datetime, limit: int
-) -> Grant:
+def grant(row: tuple[Any, ...], in_flight: int, at: datetime, limit: int) -> Grant:
     """What a limited queue's settings row (name, max_in_flight, rate, tokens, refilled_at)
     allows a claim of up to `limit`, with `in_flight` of its tasks handed out."""
     name, max_in_flight, rate, tokens, refilled_at = row
@@ -156,9 +153,7 @@ def _retry_in(grants: list[Grant], found: list[tuple[Any, ...]]) -> float | None
     return min(waits, default=None)
 
 
-def _claim_pg(
-    hand: Hand, *, wait: bool
-) -> tuple[list[tuple[Any, ...]], list[Grant], set[str]]:
+def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Grant], set[str]]:
     every = hand.queues is None
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.RESTRICTED_IN, {"every": every, "scope": hand.queues or []})
@@ -233,9 +228,7 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
     return claimed, _retry_in(grants, claimed)
 
 
-def _pick_generic(
-    hand: Hand, restricted: list[str], grants: list[Grant]
-) -> list[tuple[Any, ...]]:
+def _pick_generic(hand: Hand, restricted: list[str], grants: list[Grant]) -> list[tuple[Any, ...]]:
     """The ready rows to claim: the best of the unrestricted queues, and of each limited one
     at most its grant. (SQLite walks a paused queue's ready rows: it serves small queues.)"""
     columns = sql.CLAIM_COLUMNS

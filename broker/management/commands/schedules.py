@@ -1,4 +1,5 @@
 """python manage.py schedules [--json]: every schedule, its timing and its next and last runs."""
+
 from __future__ import annotations
 
 import json
