@@ -217,3 +217,24 @@ def test_pause__resume__wakes_parked_claimers_at_once() -> None:
         parked["thread"].join(5)
         assert len(parked["got"]) == 1
         assert parked["at"] - start < 0.5, parked["at"] - start
+
+
+def test_schedule__eight_sweeps_at_once_at_one_due_time__one_task() -> None:
+    from datetime import UTC, datetime
+
+    from broker import schedules
+    from broker.models import Schedule
+
+    schedules.create({"name": "race", "every_s": 60, "job": {"payload": 1, "queue": "raced"}})
+    Schedule.objects.filter(name="race").update(next_run_at=datetime(2020, 1, 1, tzinfo=UTC))
+    go = threading.Barrier(8)
+    fired: list[int] = []
+
+    def sweep() -> None:
+        go.wait()
+        fired.append(schedules.fire_due())
+
+    for t in threads(sweep, 8):
+        t.join()
+    assert sorted(fired) == [0] * 7 + [1]
+    assert Task.objects.filter(queue="raced").count() == 1
