@@ -114,6 +114,19 @@ def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
     return describe(name)
 
 
+def update_many(names: list[str], changes: dict[str, Any]) -> int:
+    """update() for many queues in one transaction (admin's pause and resume); returns how many."""
+    with transaction.atomic():
+        for name in sorted(names):  # one lock order
+            update(name, changes)
+    return len(names)
+
+
+def ensure_rows(names_: list[str]) -> None:
+    """A settings row (no settings) for each named queue, so admin can list and change them."""
+    Queue.objects.bulk_create([Queue(name=n) for n in names_], ignore_conflicts=True)
+
+
 def _apply(row: Queue, changes: dict[str, Any]) -> bool:
     """Set `changes` on `row`; whether claims may now take more than before."""
     loosened = False

@@ -215,6 +215,14 @@ def update(name: str, body: Any) -> Schedule:
     return schedule
 
 
+def set_paused(names: list[str], paused: bool) -> int:
+    """Pause or resume many schedules in one transaction (admin); returns how many."""
+    with transaction.atomic():
+        for name in sorted(names):
+            update(name, {"paused": paused})
+    return len(names)
+
+
 def delete(name: str) -> None:
     if not Schedule.objects.filter(name=name).delete()[0]:
         raise ScheduleNotFound()
