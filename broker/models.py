@@ -220,8 +220,8 @@ class Queue(models.Model):
 
     name = models.CharField(max_length=64, primary_key=True)
     paused = models.BooleanField(default=False)
-    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
-    rate_per_s = models.FloatField(null=True, blank=True)
+    max_in_flight = models.PositiveIntegerField("max in flight", null=True, blank=True)
+    rate_per_s = models.FloatField("rate (tasks/s)", null=True, blank=True)
     # The rate limiter's token bucket, moved only by a claim holding this row's lock.
     tokens = models.FloatField(default=0)
     refilled_at = models.DateTimeField(null=True, blank=True)
