@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-pg test-sqlite lint fmt bench bench-peers venv
+.PHONY: run test test-pg test-sqlite deps lint fmt bench bench-peers venv
 
 venv: $(STAMP)
 
@@ -32,6 +32,10 @@ run: $(STAMP)
 # PostgreSQL when one answers, else SQLite (PostgreSQL-only tests then skip, saying why).
 test: $(STAMP)
 	@bash tests/run.sh
+
+# System packages the browser and PgBouncer tests drive (root, apt); .ci/run calls it.
+deps:
+	@bash tests/deps.sh
 
 test-pg: $(STAMP)
 	@TEST_DB=postgres bash tests/run.sh

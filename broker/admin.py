@@ -136,7 +136,8 @@ class TaskAdmin(admin.ModelAdmin):
 
     @admin.display(description="attempts")
     def attempts_of_max(self, task: Task) -> str:
-        return f"{task.attempts}/{task.max_attempts}"
+        # No max: an SQS message without a RedrivePolicy is received any number of times.
+        return f"{task.attempts}/{'∞' if task.max_attempts is None else task.max_attempts}"
 
     @admin.display(description="last error")
     def error_preview(self, task: Task) -> str:

@@ -16,7 +16,7 @@ class BrokerError(Exception):
 
 
 class TaskNotFound(BrokerError):
-    """No such task in the state this call needs."""
+    """No such task."""
 
     status_code = 404
 
@@ -39,6 +39,18 @@ class InvalidTransition(BrokerError):
     """The task is not in a state this call can move it from."""
 
     status_code = 409
+
+
+class InternalError(BrokerError):
+    """Internal error; it has been logged."""
+
+    status_code = 500
+
+
+class NotFound(BrokerError):
+    """Not found."""
+
+    status_code = 404
 
 
 class DatabaseUnavailable(BrokerError):

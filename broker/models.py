@@ -48,7 +48,11 @@ class Task(models.Model):
     payload = models.TextField()
     result = models.TextField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
-    max_attempts = models.PositiveSmallIntegerField(default=3)
+    # NULL: attempts are unlimited (an SQS message without a RedrivePolicy is never dead-lettered).
+    max_attempts = models.PositiveSmallIntegerField(default=3, null=True)
+    # False: a failed attempt (nack, expired lease) is retried at once, without backoff, as SQS
+    # makes a message visible again the moment its visibility timeout lapses.
+    backoff = models.BooleanField(default=True, db_default=True)
     available_at = models.DateTimeField()
     lease_id = models.CharField(max_length=32, null=True, blank=True)
     lease_deadline = models.DateTimeField(null=True, blank=True)
@@ -270,3 +274,26 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SqsQueue(models.Model):
+    """A queue's SQS attributes (broker/sqs), keyed by its name; its messages are plain tasks."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    visibility_timeout_s = models.IntegerField(default=30)
+    receive_wait_s = models.SmallIntegerField(default=0)
+    delay_s = models.SmallIntegerField(default=0)
+    max_message_bytes = models.IntegerField(default=262_144)
+    retention_s = models.IntegerField(default=345_600)  # accepted and reported, not enforced
+    # RedrivePolicy: maxReceiveCount becomes the max_attempts of the queue's SQS messages (NULL:
+    # no policy, receives unlimited); the target ARN is reported back, the DLQ is the broker's.
+    max_receive_count = models.SmallIntegerField(null=True, blank=True)
+    dead_letter_target_arn = models.CharField(max_length=256, blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "SQS queue"
+
+    def __str__(self) -> str:
+        return f"SQS queue {self.name}"

@@ -1,10 +1,9 @@
 """Task states, the transition table and retry backoff: pure, no queries, no settings."""
 from __future__ import annotations
 
-import random
-from typing import Protocol
-
 from django.db import models
+
+from contract.backoff import backoff_ms
 
 
 class State(models.TextChoices):
@@ -54,6 +53,9 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str | None, tuple[str, ...]]] = {
     "reclaim_retry": (frozenset({State.HANDED_OUT}), State.DELAYED, ("reclaimed", "retried")),
     "reclaim_bury": (frozenset({State.HANDED_OUT}), State.DEAD, ("reclaimed", "buried")),
     "promote": (frozenset({State.DELAYED}), State.READY, ()),
+    # A failed attempt of a task without backoff (an SQS message: a lapsed visibility timeout, or
+    # ChangeMessageVisibility to 0) is ready again at once; out of attempts it is "reclaim_bury".
+    "release": (frozenset({State.HANDED_OUT}), State.READY, ("reclaimed", "retried")),
     "requeue": (frozenset({State.DEAD}), State.READY, ("requeued",)),
     "cancel": (
         frozenset({State.READY, State.DELAYED, State.HANDED_OUT}),
@@ -75,17 +77,5 @@ PRIORITY_BY_NAME = {p.label: p.value for p in Priority}
 PRIORITY_NAMES = {p.value: p.label for p in Priority}
 
 
-class _Uniform(Protocol):
-    def uniform(self, a: float, b: float) -> float: ...
-
-
-def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rng: _Uniform = random) -> int:
-    """Delay before the retry that follows the `attempt`-th failure (equal jitter).
-
-    base = min(cap, base_ms * 2^(attempt-1)); the delay is base/2 + uniform(0, base/2).
-    """
-    exponent = max(attempt - 1, 0)
-    # Cap the exponent before the power: attempt may be up to 100.
-    base = cap_ms if exponent >= 62 else min(cap_ms, base_ms * (1 << exponent))
-    half = base / 2
-    return int(half + rng.uniform(0, half))
+# One rule for the broker's retries and the workers' reconnects (contract/backoff.py).
+__all__ = ["backoff_ms"]

@@ -20,3 +20,8 @@ def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rng: _Uniform = random) 
     base = cap_ms if exponent >= 62 else min(cap_ms, base_ms * (1 << exponent))
     half = base / 2
     return int(half + rng.uniform(0, half))
+
+
+def backoff_s(attempt: int, base_s: float, cap_s: float, rng: _Uniform = random) -> float:
+    """backoff_ms in seconds, for waits measured in seconds (a worker's reconnects)."""
+    return backoff_ms(attempt, round(base_s * 1000), round(cap_s * 1000), rng) / 1000

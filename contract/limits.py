@@ -32,6 +32,10 @@ QUEUE_PATTERN = f"^{QUEUE_RULE}$"
 QUEUE_RE = re.compile(QUEUE_RULE)
 QUEUE_MESSAGE = f"Must match {QUEUE_RULE}."
 
+# -- request bodies ------------------------------------------------------------------------------
+
+DEFAULT_MAX_BODY_BYTES = 262_144  # BROKER_MAX_BODY_BYTES' default: bodies over it get 413
+
 # -- claims, leases, batches, pages -------------------------------------------------------------
 
 DEFAULT_WAIT_MS = 20_000
@@ -39,7 +43,7 @@ MAX_WAIT_MS = 30_000
 DEFAULT_LEASE_MS = 30_000
 MIN_LEASE_MS = 1
 MAX_LEASE_MS = 300_000
-MAX_BATCH = 1000
+MAX_BATCH = 1000  # items of one batch call, or acks + nacks of one settle-and-claim
 MAX_CLAIM = 100
 DEFAULT_CLAIM = 1
 DEFAULT_PAGE_SIZE = 50

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import environ
 
+from contract import limits
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -79,6 +81,9 @@ _HUMAN_ONLY_MIDDLEWARE = {
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Slash redirects and frame options are for pages; BodyLimitMiddleware checks the Host.
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 }
 BROKER_API_MIDDLEWARE = [m for m in MIDDLEWARE if m not in _HUMAN_ONLY_MIDDLEWARE]
 
@@ -182,6 +187,24 @@ SPECTACULAR_SETTINGS = {
 # The broker's own settings (API.md, "Settings").
 # "a, b" means tokens "a" and "b": spaces around commas are not part of a token.
 BROKER_API_TOKENS = [t.strip() for t in env.list("BROKER_API_TOKENS", default=[]) if t.strip()]
+
+
+def _sqs_credentials(entries: list[str]) -> dict[str, str]:
+    """BROKER_SQS_CREDENTIALS "key_id:secret,..." → {key_id: secret}; a malformed entry stops
+    the process at start."""
+    found: dict[str, str] = {}
+    for entry in (e.strip() for e in entries):
+        key_id, _, secret = entry.partition(":")
+        if not key_id or not secret:
+            from django.core.exceptions import ImproperlyConfigured
+
+            raise ImproperlyConfigured("BROKER_SQS_CREDENTIALS: key_id:secret,... (a key is empty)")
+        found[key_id] = secret
+    return found
+
+
+# Access keys that may sign SQS requests (AWS Signature V4) while BROKER_API_TOKENS is set.
+BROKER_SQS_CREDENTIALS = _sqs_credentials(env.list("BROKER_SQS_CREDENTIALS", default=[]))
 BROKER_SWEEP_INTERVAL_MS = env.int("BROKER_SWEEP_INTERVAL_MS", default=250)
 BROKER_RETRY_BASE_MS = env.int("BROKER_RETRY_BASE_MS", default=1000)
 BROKER_RETRY_MAX_MS = env.int("BROKER_RETRY_MAX_MS", default=30000)
@@ -203,7 +226,7 @@ def _duration(name: str, default: str) -> timedelta:
 # Done and cancelled tasks older than this are deleted by the sweeper; "0" keeps them forever.
 # Dead tasks are never pruned.
 BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
-BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=262144)
+BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=limits.DEFAULT_MAX_BODY_BYTES)
 # Django's own form-body cap must not cut in below ours.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
 # SQLite has no notifications: each broker process looks for ready tasks this often while

@@ -7,16 +7,18 @@ from django.urls import include, path, re_path
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_safe
 
+from broker.api.errors import error_response
 from broker.api.schema import DocsView, SchemaView
+from broker.exceptions import InternalError, NotFound
 from broker.metrics import MetricsView
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return JsonResponse({"error": "Not found."}, status=404)
+    return error_response(NotFound())
 
 
 def server_error(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"error": "Internal error; it has been logged."}, status=500)
+    return error_response(InternalError())
 
 
 # (key in the JSON answer, path, title, what is there): the same for people and for scripts.
@@ -49,6 +51,7 @@ def index(request: HttpRequest) -> HttpResponse:
 # The API first, its hottest routes first: Django tries patterns in order on every request.
 urlpatterns = [
     path("", include("broker.api.urls")),
+    path("", include("broker.sqs.urls")),
     path("admin/", admin.site.urls),
     path("dashboard/", include("broker.dashboard.urls")),
     re_path(r"^api/schema/?$", SchemaView.as_view(), name="schema"),

@@ -23,20 +23,4 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 export DEBUG="${DEBUG:-False}" SECRET_KEY="${SECRET_KEY:-test-only-secret-key}"
 
-# Two tests need Debian packages: the browser test (chromium) and the PgBouncer test (pgbouncer).
-# Install the missing ones once when we may (root, apt). Non-fatal: without a package its test
-# skips and says why. NO_APT_INSTALL=1 (or the older NO_CHROMIUM_INSTALL=1) skips this step.
-missing=()
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
-if [ ${#missing[@]} -gt 0 ] && [ -z "${NO_APT_INSTALL:-}${NO_CHROMIUM_INSTALL:-}" ] \
-   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "tests: installing Debian's ${missing[*]} for the tests that need them (once)" >&2
-  if ! { timeout 600 apt-get update -qq \
-         && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "${missing[@]}"; } \
-       >/tmp/test-packages-install.log 2>&1; then
-    echo "tests: could not install ${missing[*]} (/tmp/test-packages-install.log):" \
-         "their tests skip" >&2
-  fi
-fi
 exec "$PY" -m pytest "$@"

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from workers.client import Broker
+from workers.wire import Broker
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,10 @@ class Heartbeat:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            # The thread sleeps until the earliest due lease; a new one is due later than any
+            # other, so only a thread sleeping with nothing to beat needs waking (not per task).
+            if len(self._due) == 1:
+                self._cond.notify()
 
     def release(self, task_id: str, lease_id: str) -> None:
         """Stop extending this lease (call before the ack or nack)."""

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from workers import handlers
-from workers.client import Broker, BrokerError, Delivery, backoff_s
+from workers.client import backoff_s
 from workers.heartbeat import Heartbeat
+from workers.outcomes import Outcome, checked, log_outcome, refused_result, report, split
+from workers.prefetch import Prefetcher
+from workers.wire import (
+    DEFAULT_MAX_BODY_BYTES,
+    MAX_LEASE_MS,
+    Broker,
+    BrokerError,
+    Delivery,
+    ResultRefusedError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -20,10 +29,16 @@ Resolver = Callable[[Mapping[str, Any]], handlers.Handler]
 
 
 class Runner:
-    """Runs concurrency threads, each long-polling the broker and handling one task at a time.
+    """Runs tasks on concurrency threads in one of three modes; each task ends in an ack or nack.
 
-    A handler's exception becomes a nack with its text; nothing a handler does ends a thread.
-    Leases of tasks in hand are extended every half lease by one shared Heartbeat.
+    - prefetch > 0: pumps claim up to concurrency x prefetch tasks ahead and settle with their
+      next claim (workers.prefetch);
+    - batch > 1: each thread claims up to batch tasks and runs them; a Settler acks them;
+    - otherwise each thread claims one task, runs it, acks or nacks it.
+
+    A handler's exception, or a result no ack can carry, becomes a nack with its text; nothing
+    a handler does ends a thread. Leases of tasks in hand are extended every half lease by one
+    shared Heartbeat.
     """
 
     def __init__(
@@ -38,11 +53,22 @@ class Runner:
         heartbeat_s: float | None = None,
         error_backoff_s: float = 1.0,
         batch: int = 1,
+        prefetch: int = 0,
+        prefetch_ahead_s: float = 1.0,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         """heartbeat_s defaults to half the lease; error_backoff_s is the first pause after a
         failed claim (doubling, capped at 30 s), so a misconfigured worker never spins.
-        batch > 1: each thread claims up to batch tasks at once; a Settler acks them.
+        prefetch_ahead_s: at most this much work waits its turn in prefetch mode (workers.prefetch).
+        lease_ms over the broker's cap is lowered to it (the broker would grant no more).
+        max_body_bytes: the broker's body limit; a larger result is nacked, not sent.
+        Raises ValueError when both batch > 1 and prefetch are asked for.
         """
+        if batch > 1 and prefetch:
+            raise ValueError("batch and prefetch are two modes: choose one")
+        if lease_ms > MAX_LEASE_MS:
+            log.warning("lease of %d ms lowered to the broker's cap, %d ms", lease_ms, MAX_LEASE_MS)
+            lease_ms = MAX_LEASE_MS
         self._client = client
         self._resolve = resolve
         self._concurrency = concurrency
@@ -50,12 +76,34 @@ class Runner:
         self._lease_ms = lease_ms
         self._queues = tuple(queues)
         self._error_backoff_s = error_backoff_s
+        self._max_body_bytes = max_body_bytes
         self._heartbeat = Heartbeat(client, lease_ms, interval_s=heartbeat_s)
         self._stop = threading.Event()
         self._batch = batch
         self._settler = Settler(client) if batch > 1 else None
+        self._prefetcher = (
+            Prefetcher(
+                client,
+                self._run_held,
+                self._heartbeat,
+                concurrency=concurrency,
+                prefetch=prefetch,
+                wait_ms=wait_ms,
+                lease_ms=lease_ms,
+                queues=self._queues,
+                ahead_s=prefetch_ahead_s,
+                error_backoff_s=error_backoff_s,
+            )
+            if prefetch
+            else None
+        )
 
     claim_grace_s = 1.0
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease asked for with each claim (and extended to by the heartbeat)."""
+        return self._lease_ms
 
     @property
     def stopping(self) -> bool:
@@ -70,6 +118,8 @@ class Runner:
         if self._stop.is_set():
             return
         self._stop.set()
+        if self._prefetcher is not None:
+            self._prefetcher.stop()
         # Claims already answering get a moment to arrive: a claim cut after the broker handed
         # out its task would strand that task until its lease expires. Claims still parked
         # after the grace are cut; the broker sees the hang-up and hands them nothing.
@@ -79,10 +129,13 @@ class Runner:
 
     def run(self) -> None:
         """Run the worker threads until stop(); return once each has finished its task."""
-        threads = [
-            threading.Thread(target=self._work, name=f"worker-{n}", daemon=True)
-            for n in range(1, self._concurrency + 1)
-        ]
+        if self._prefetcher is not None:
+            threads = self._prefetcher.threads()
+        else:
+            threads = [
+                threading.Thread(target=self._work, name=f"worker-{n}", daemon=True)
+                for n in range(1, self._concurrency + 1)
+            ]
         for thread in threads:
             thread.start()
         try:
@@ -134,23 +187,21 @@ class Runner:
         The outcome: "acked", "nacked", or "ack refused"/"nack refused" when the broker
         did not take it (404/409, or the lease ended first).
         """
-        task = delivery["task"]
-        task_id, lease_id = task["id"], delivery["lease_id"]
-        started = time.monotonic()
-        result, error = self._run_handler(task, lease_id)
-        if error is None:
+        self._heartbeat.hold(delivery["task"]["id"], delivery["lease_id"])
+        outcome = self._run_held(delivery)
+        task_id, lease_id = outcome.task_id, outcome.lease_id
+        said = ""
+        if outcome.error is None:
             try:
-                verb, done = "ack", self._client.ack(task_id, lease_id, result)
-            except (TypeError, ValueError) as exc:  # the result does not encode as JSON
-                error = f"handler result is not JSON: {exc}"
-        if error is not None:
-            verb, done = "nack", self._client.nack(task_id, lease_id, error)
-        outcome = f"{verb}ed" if done else f"{verb} refused"
-        log.info(
-            "task %s %s in %.3f s%s",
-            task_id, outcome, time.monotonic() - started, f": {error}" if error else "",
-        )
-        return outcome
+                said = "acked" if self._client.ack(task_id, lease_id, outcome.result) else ""
+                said = said or "ack refused"
+            except ResultRefusedError as exc:
+                outcome = outcome._replace(error=refused_result(exc.status, exc.message))
+        if outcome.error is not None:
+            nacked = self._client.nack(task_id, lease_id, outcome.error)
+            said = "nacked" if nacked else "nack refused"
+        log_outcome(outcome, said, time.monotonic())
+        return said
 
     def tick_batch(self) -> int:
         """Claim up to batch tasks, run them one by one, hand each outcome to the Settler.
@@ -167,7 +218,7 @@ class Runner:
             self._heartbeat.hold(delivery["task"]["id"], delivery["lease_id"])
         for n, delivery in enumerate(deliveries):
             try:
-                self._handle_later(delivery, self._settler)
+                self._settler.put(self._run_held(delivery))
             except BaseException:
                 # Never leave the rest beaten forever: their leases end and the broker
                 # hands them out again.
@@ -176,44 +227,20 @@ class Runner:
                 raise
         return len(deliveries)
 
-    def _handle_later(self, delivery: Delivery, settler: Settler) -> None:
-        """Run one held task and queue its ack (or nack) without waiting for it."""
+    def _run_held(self, delivery: Delivery) -> Outcome:
+        """Run one task whose lease the heartbeat holds (released here); its checked outcome."""
         task = delivery["task"]
         started = time.monotonic()
-        result, error = self._run_handler(task, delivery["lease_id"], held=True)
-        if error is None:
-            try:  # an ack batch that cannot encode would fail for every item in it
-                json.dumps(result, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                result, error = None, f"handler result is not JSON: {exc}"
-        settler.put(Outcome(task["id"], delivery["lease_id"], result, error, started))
-
-    def _run_handler(
-        self, task: Mapping[str, Any], lease_id: str, *, held: bool = False
-    ) -> tuple[Any, str | None]:
-        """(result, None) on success, (None, error text) on any exception.
-
-        held: the lease is already heartbeaten (batch mode); released here either way.
-        """
-        if not held:
-            self._heartbeat.hold(task["id"], lease_id)
         try:
-            return self._resolve(task)(task), None
+            result = self._resolve(task)(task)
         # SystemExit too: a handler calling sys.exit() must not end the worker thread.
         except (Exception, SystemExit) as exc:
-            return None, str(exc) or type(exc).__name__
+            result, error = None, str(exc) or type(exc).__name__
+        else:
+            result, error = checked(result, self._max_body_bytes)
         finally:
-            self._heartbeat.release(task["id"], lease_id)
-
-
-class Outcome(NamedTuple):
-    """A finished task waiting for its ack (error None) or nack."""
-
-    task_id: str
-    lease_id: str
-    result: Any
-    error: str | None
-    started: float
+            self._heartbeat.release(task["id"], delivery["lease_id"])
+        return Outcome(task["id"], delivery["lease_id"], result, error, started)
 
 
 class Settler:
@@ -261,25 +288,15 @@ class Settler:
             self.send([item for item in items if item is not None])
 
     def send(self, outcomes: Sequence[Outcome]) -> None:
-        """One ack request for the successes, one nack request for the failures; log each."""
-        acks = [o for o in outcomes if o.error is None]
-        nacks = [o for o in outcomes if o.error is not None]
-        for verb, group in (("ack", acks), ("nack", nacks)):
-            if not group:
-                continue
+        """One ack request for the successes, one nack request for the failures; log each.
+
+        Acks the broker refuses for their result are sent again as nacks.
+        """
+        while outcomes:
+            ordered, acks, nacks = split(outcomes)
             try:
-                if verb == "ack":
-                    done = self._client.ack_many([(o.task_id, o.lease_id, o.result) for o in group])
-                else:
-                    done = self._client.nack_many(
-                        [(o.task_id, o.lease_id, o.error or "") for o in group]
-                    )
+                statuses = self._client.settle(acks, nacks)
             except Exception:
-                log.exception("%s of %d tasks failed", verb, len(group))
-                done = [False] * len(group)
-            for o, ok in zip(group, done, strict=False):
-                log.info(
-                    "task %s %s in %.3f s%s",
-                    o.task_id, f"{verb}ed" if ok else f"{verb} refused",
-                    time.monotonic() - o.started, f": {o.error}" if o.error else "",
-                )
+                log.exception("settling %d tasks failed", len(ordered))
+                return
+            outcomes = report(ordered, statuses)

@@ -1,24 +1,65 @@
-"""HTTP adapter whose sockets another thread can shut down, to cut a parked long-poll short."""
+"""Lean HTTP to the broker: one urllib3 connection per thread, which another thread can cut."""
 
 from __future__ import annotations
 
 import functools
+import http.client
+import json
 import socket
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.util import Timeout, parse_url
+
+try:  # the CA bundle requests used; without it, the system's
+    import certifi
+
+    _CA_CERTS: str | None = certifi.where()
+except ImportError:  # pragma: no cover - certifi comes with requests
+    _CA_CERTS = None
+
+USER_AGENT = "queue-broker-worker"
+# Everything that means "no answer came": refused, reset, timed out, cut, TLS failure.
+_TRANSIENT = (Urllib3Error, OSError, http.client.HTTPException)
+
+
+class TransportError(Exception):
+    """The broker could not be reached, or the exchange broke off before a whole answer."""
+
+
+class Response:
+    """A whole answer: status, raw body, and when its request went out (time.monotonic())."""
+
+    __slots__ = ("content", "reason", "sent_at", "status_code")
+
+    def __init__(self, status_code: int, content: bytes, reason: str, sent_at: float) -> None:
+        """Built by Transport.request."""
+        self.status_code = status_code
+        self.content = content
+        self.reason = reason
+        self.sent_at = sent_at
+
+    def json(self) -> Any:
+        """The body decoded; raises ValueError when it is not JSON."""
+        return json.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        """The body as text (for error messages)."""
+        return self.content.decode("utf-8", "replace")
 
 
 class Cutter:
-    """The connections of one thread's session, and whether a cut-short request is in flight.
+    """The connections of one thread, and whether a cut-short request is in flight.
 
-    Closing a requests.Session does not touch a connection that is checked out of its pool,
-    so a thread parked in a 20 s long-poll would stay parked. Shutting the socket down from
-    another thread makes its blocked recv() return at once.
+    A thread parked in a 20 s long-poll stays parked whatever happens to its pool. Shutting its
+    socket down from another thread makes the blocked recv() return at once.
     """
 
     def __init__(self, cancelled: threading.Event) -> None:
@@ -103,21 +144,127 @@ class _HTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _TrackedHTTPSConnection
 
 
-class CuttableAdapter(HTTPAdapter):
-    """A one-connection HTTPAdapter whose connections report to a Cutter."""
+class _Lane:
+    """One thread's pool (one keep-alive connection), Cutter and ready-made headers."""
 
-    def __init__(self, cutter: Cutter) -> None:
-        """One session serves one thread, so one pooled connection per host is enough."""
-        self._cutter = cutter
-        super().__init__(pool_connections=1, pool_maxsize=1)
+    def __init__(self, pool: HTTPConnectionPool, cutter: Cutter, headers: dict[str, str]) -> None:
+        """headers already carry the thread's identity."""
+        self.pool = pool
+        self.cutter = cutter
+        self.headers = headers
+        self.json_headers = {**headers, "Content-Type": "application/json"}
 
-    def init_poolmanager(
-        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+
+class Transport:
+    """Requests to one broker, each thread on its own connection: no lock on the hot path.
+
+    Everything per request that can be built once is: the pool, the headers, the timeouts.
+    No retries here: the client decides what to retry and for how long.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: dict[str, str],
+        identity: Callable[[], str],
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        cancelled: threading.Event,
     ) -> None:
-        """Build the usual PoolManager, with pools whose connections carry the Cutter."""
-        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        # Extra pool keyword arguments travel to the connection constructor (conn_kw).
-        self.poolmanager.pool_classes_by_scheme = {
-            "http": functools.partial(_HTTPPool, cutter=self._cutter),
-            "https": functools.partial(_HTTPSPool, cutter=self._cutter),
-        }
+        """base_url is http(s)://host[:port][/prefix]; raises ValueError for anything else.
+
+        identity() names the calling thread (the X-Broker-Worker header), once per thread.
+        """
+        url = parse_url(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"broker URL must be http:// or https://host[:port]: {base_url!r}")
+        self._pool_class: Callable[..., HTTPConnectionPool] = (
+            functools.partial(_HTTPSPool, cert_reqs="CERT_REQUIRED", ca_certs=_CA_CERTS)
+            if url.scheme == "https"
+            else _HTTPPool
+        )
+        self._host, self._port = url.host, url.port
+        self._prefix = (url.path or "").rstrip("/")
+        self._headers = {"User-Agent": USER_AGENT, **headers}
+        self._identity = identity
+        self._connect_s = connect_timeout_s
+        self._timeout = Timeout(connect=connect_timeout_s, read=read_timeout_s)
+        self._timeouts: dict[float, Timeout] = {}
+        self._cancelled = cancelled
+        self._local = threading.local()
+        self._lanes: list[_Lane] = []
+        self._lanes_lock = threading.Lock()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        read_timeout_s: float | None = None,
+        interruptible: bool = False,
+    ) -> Response:
+        """One request on the calling thread's connection; raises TransportError if no answer.
+
+        path is relative to the base URL (e.g. "/jobs/claim"); a body is sent as JSON.
+        interruptible: cut() may shut the request down (claims only).
+        """
+        lane = self._lane()
+        timeout = self._timeout if read_timeout_s is None else self._timeout_for(read_timeout_s)
+        if interruptible:
+            lane.cutter.arm()
+        try:
+            sent_at = time.monotonic()
+            answer = lane.pool.urlopen(
+                method,
+                self._prefix + path,
+                body=body,
+                headers=lane.headers if body is None else lane.json_headers,
+                retries=False,
+                redirect=False,
+                timeout=timeout,
+                assert_same_host=False,
+            )
+            return Response(answer.status, answer.data, answer.reason or "", sent_at)
+        except _TRANSIENT as exc:
+            raise TransportError(type(exc).__name__) from exc
+        finally:
+            if interruptible:
+                lane.cutter.disarm()
+
+    def cut(self) -> None:
+        """Shut down every thread's interruptible request in flight (see Cutter)."""
+        with self._lanes_lock:
+            lanes = list(self._lanes)
+        for lane in lanes:
+            lane.cutter.cut()
+
+    def close(self) -> None:
+        """Close every thread's connection (call when no thread uses the transport any more)."""
+        with self._lanes_lock:
+            lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            lane.pool.close()
+
+    def _lane(self) -> _Lane:
+        """The calling thread's lane, built on its first request."""
+        try:
+            lane: _Lane = self._local.lane
+        except AttributeError:
+            cutter = Cutter(self._cancelled)
+            pool = self._pool_class(
+                self._host, self._port, maxsize=1, block=False, retries=False, cutter=cutter
+            )
+            lane = _Lane(pool, cutter, {**self._headers, "X-Broker-Worker": self._identity()})
+            self._local.lane = lane
+            with self._lanes_lock:
+                self._lanes.append(lane)
+        return lane
+
+    def _timeout_for(self, read_s: float) -> Timeout:
+        """A Timeout per distinct read timeout (claims repeat theirs)."""
+        timeout = self._timeouts.get(read_s)
+        if timeout is None:
+            timeout = self._timeouts[read_s] = Timeout(connect=self._connect_s, read=read_s)
+        return timeout

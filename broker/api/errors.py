@@ -5,22 +5,16 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from broker.exceptions import BrokerError, InvalidTaskError
+from broker.exceptions import BrokerError, InvalidTaskError, NotFound
 from contract.errors import flatten
 
-__all__ = [
-    "UNAVAILABLE", "ValidationFailed", "error_body", "exception_handler", "flatten", "json_error",
-]
+__all__ = ["ValidationFailed", "error_body", "exception_handler", "flatten", "json_error"]
 
 log = logging.getLogger(__name__)
-
-UNAVAILABLE = "The database cannot be reached; try again shortly."
-
 
 class ValidationFailed(BrokerError):
     """The request has invalid fields."""
@@ -46,7 +40,8 @@ def error_body(message: str, fields: dict[str, list[str]] | None = None) -> dict
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """REST_FRAMEWORK["EXCEPTION_HANDLER"]: the broker's errors and DRF's, as JSON."""
+    """REST_FRAMEWORK["EXCEPTION_HANDLER"]: the broker's errors and DRF's, as JSON. Anything else
+    (a DatabaseError, a bug) goes on to JsonErrorMiddleware, which answers it for every view."""
     headers: dict[str, str] = {}
     if isinstance(exc, ValidationFailed):
         return Response(error_body(exc.message, exc.fields), status=400)
@@ -54,11 +49,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(error_body(_summary(exc.fields), exc.fields), status=400)
     if isinstance(exc, BrokerError):
         return Response(error_body(exc.message), status=exc.status_code)
-    if isinstance(exc, DatabaseError):
-        log.warning("database error answered with 503: %s", exc)
-        return Response(error_body(UNAVAILABLE), status=503)
     if isinstance(exc, Http404):
-        return Response(error_body("Not found."), status=404)
+        return Response(error_body(NotFound().message), status=404)
     if isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
     if isinstance(exc, exceptions.ValidationError):
@@ -72,6 +64,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         return Response(error_body(str(detail)), status=exc.status_code, headers=headers)
     return None
+
+
+def error_response(exc: BrokerError) -> JsonResponse:
+    """A broker error as a JSON answer outside DRF (middleware, Django's handlers)."""
+    return json_error(exc.status_code, exc.message)
 
 
 def json_error(status: int, message: str, **extra: Any) -> JsonResponse:

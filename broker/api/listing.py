@@ -86,7 +86,7 @@ def _cut(tasks: QuerySet, shown: Shown) -> QuerySet:
 def one_task(pk: int) -> dict[str, Any]:
     task = _cut(Task.objects.filter(pk=pk), FOR_ONE).first()
     if task is None:
-        raise TaskNotFound("No such task.")
+        raise TaskNotFound()
     return _with_errors([task], FOR_ONE)[0]
 
 

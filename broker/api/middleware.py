@@ -11,7 +11,9 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
-from broker.api.errors import UNAVAILABLE, json_error
+from broker.api.errors import error_response, json_error
+from broker.exceptions import DatabaseUnavailable, InternalError
+from broker.sqs.limits import is_sqs_path
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,8 @@ class JsonErrorMiddleware:
         response = self.get_response(request)
         if response.status_code >= 400 and is_api(request.path_info):
             content_type = response.get("Content-Type", "")
-            if not content_type.startswith("application/json"):
+            # SQS's errors are JSON too (application/x-amz-json-1.0), in SQS's own shape.
+            if not content_type.startswith(("application/json", "application/x-amz-json")):
                 reason = HTTPStatus(response.status_code).phrase
                 new = json_error(response.status_code, f"{reason}.")
                 for header in ("Allow", "WWW-Authenticate", "Retry-After"):
@@ -51,13 +54,18 @@ class JsonErrorMiddleware:
             return None
         if isinstance(exc, DatabaseError):
             log.warning("database error answered with 503: %s", exc)
-            return json_error(503, UNAVAILABLE)
+            return error_response(DatabaseUnavailable())
         log.exception("unhandled error on %s %s", request.method, request.path_info)
-        return json_error(500, "Internal error; it has been logged.")
+        return error_response(InternalError())
 
 
 class BodyLimitMiddleware:
-    """413 before reading a body over BROKER_MAX_BODY_BYTES; 401 without a valid bearer token."""
+    """400 for a Host not in ALLOWED_HOSTS, 413 before reading a body over
+    BROKER_MAX_BODY_BYTES, 401 without a valid bearer token.
+
+    Not the last two on /sqs: the SQS endpoint has its own body limit and its own signatures
+    (broker/sqs).
+    """
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
@@ -65,6 +73,10 @@ class BodyLimitMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         path = request.path_info
         if is_api(path):
+            # Django checks the Host header only when something asks for it; the API's short
+            # stack has no CommonMiddleware to ask (a DNS-rebinding page must get a 400).
+            request.get_host()
+        if is_api(path) and not is_sqs_path(path):
             length = request.META.get("CONTENT_LENGTH") or "0"
             limit = settings.BROKER_MAX_BODY_BYTES
             if length.isdigit() and int(length) > limit:

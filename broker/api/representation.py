@@ -7,15 +7,11 @@ from typing import Any, NamedTuple
 import orjson
 
 from broker.models import Task
-from broker.queue import Delivery
+from broker.queue import ClaimedTask, Delivery
+from broker.queue.base import api_time
 from broker.states import PRIORITY_NAMES
 
-
-def timestamp(value: datetime | None) -> str | None:
-    """RFC 3339, UTC, milliseconds: 2026-11-29T11:28:36.123Z."""
-    if value is None:
-        return None
-    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+timestamp = api_time  # RFC 3339, UTC, milliseconds: the one rule, beside the claim's SQL
 
 
 def _json_text(text: str | None) -> Any:
@@ -23,7 +19,9 @@ def _json_text(text: str | None) -> Any:
     return None if text is None else orjson.Fragment(text)
 
 
-def claimed_task(task: Task) -> dict[str, Any]:
+def claimed_task(task: Task | ClaimedTask) -> dict[str, Any]:
+    """The task fields of a delivery; a claim's times are text already, a model's are not."""
+    created, available = task.created_at, task.available_at
     return {
         "id": str(task.pk),
         "payload": _json_text(task.payload),
@@ -32,8 +30,8 @@ def claimed_task(task: Task) -> dict[str, Any]:
         "queue": task.queue,
         "priority": PRIORITY_NAMES[task.priority],
         "type": task.type,
-        "created_at": timestamp(task.created_at),
-        "available_at": timestamp(task.available_at),
+        "created_at": created if isinstance(created, str) else timestamp(created),
+        "available_at": available if isinstance(available, str) else timestamp(available),
     }
 
 

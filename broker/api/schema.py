@@ -22,6 +22,13 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 
 from broker.api.schema_components import COMPONENTS, Schema, ref
+from broker.exceptions import (
+    DatabaseUnavailable,
+    LeaseMismatch,
+    NotInDeadLetterQueue,
+    TaskNotFound,
+    TaskNotHeld,
+)
 from contract.limits import (
     DEFAULT_LEASE_MS,
     DEFAULT_PAGE_SIZE,
@@ -94,11 +101,10 @@ QUEUE = _query("queue", ref("QueueName"), "Only tasks of this queue.")
 TYPE = _query("type", {"type": "string"}, "Only tasks of this job type.")
 
 BAD_REQUEST = _error("A parameter or the body is invalid; `fields` names each offender.")
-NOT_HELD = _error(
-    "The task is not handed out (unknown, reclaimed, cancelled or finished)."
-)
-OTHER_LEASE = _error("The task is handed out under another lease.")
-NO_TASK = _error("No such task.")
+# The sentences the errors themselves carry (broker/exceptions.py).
+NOT_HELD = _error(TaskNotHeld().message)
+OTHER_LEASE = _error(LeaseMismatch().message)
+NO_TASK = _error(TaskNotFound().message)
 LOCATION = {"description": "`/jobs/{id}` of the task.", "schema": {"type": "string"}}
 QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": ref("QueueName")}
 SCHEDULE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -194,7 +200,7 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
     "broker.api.views.RequeueView": {
         "post": _op("requeue", "Requeue a dead task", "dead-letter queue",
                     {204: _answer("Ready again, attempts reset."),
-                     404: _error("The task is not in the dead-letter queue.")},
+                     404: _error(NotInDeadLetterQueue().message)},
                     parameters=[TASK_ID]),
     },
     "broker.api.views.HealthView": {
@@ -259,8 +265,12 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
     "broker.api.batch.ClaimBatchView": {
         "post": _op(
             "claim_batch", "Claim up to `max` tasks (long-poll)", "batch",
-            {200: _answer("1 to `max` deliveries.", ref("Deliveries")),
-             204: _answer("The wait elapsed with nothing to claim."), 400: BAD_REQUEST},
+            {200: _answer(
+                "1 to `max` deliveries; with `acks` or `nacks` given, each item's answer "
+                "(as POST /jobs/ack or /nack gives it) and 0 to `max` deliveries.",
+                {"anyOf": [ref("Deliveries"), ref("SettledAndDeliveries")]}),
+             204: _answer("The wait elapsed with nothing to claim (no `acks` or `nacks` given)."),
+             400: BAD_REQUEST},
             requestBody=_body(ref("ClaimRequest"), required=False),
         ),
     },
@@ -294,7 +304,7 @@ _NOT_JSON = _error(
     "The body is not JSON: Content-Type must be application/json (any parameters) or "
     "application/<anything>+json, or absent. Forms, multipart and text/plain change nothing."
 )
-_UNAVAILABLE = _error("The database cannot be reached; try again shortly.")
+_UNAVAILABLE = _error(DatabaseUnavailable().message)
 # Answered by gunicorn itself, before the broker sees the request (still JSON).
 _URI_TOO_LONG = _error("The request line is over gunicorn's limit (limit_request_line, 4094).")
 _HEADERS_TOO_LARGE = _error("Too many or too large headers (gunicorn's limits).")

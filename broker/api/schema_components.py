@@ -38,7 +38,9 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
     "payload": ANY_JSON,
     "attempts": {**_COUNT, "description": "Deliveries so far, this one included."},
     "max_attempts": {
-        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "maximum": limits.MAX_ATTEMPTS
+        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "nullable": True,
+        "description": "At most 100 over this API; up to 1000 (an SQS RedrivePolicy), or null "
+        "(unlimited: an SQS message without one) for messages sent over `/sqs`.",
     },
     "queue": {"type": "string"},
     "priority": ref("Priority"),
@@ -141,6 +143,26 @@ _SETTLE_ITEM_RESULT = _object(
     },
     ["id", "status"],
 )
+
+
+def _settle_batch(key: str, extra: str) -> Schema:
+    items = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": limits.MAX_BATCH,
+        "items": {"description": f"{{id, lease_id, {extra}}}; a bad item gets its own 400."},
+    }
+    return _object({key: items}, [key], closed=True)
+
+
+def _settle_items(extra: str) -> Schema:
+    item = _object(
+        {"id": {"type": "string"}, "lease_id": {"type": "string", "minLength": 1}, extra: {}},
+        ["id", "lease_id"],
+        closed=True,
+    )
+    return {"type": "array", "maxItems": limits.MAX_BATCH, "items": item}
+
 
 COMPONENTS: dict[str, Schema] = {
     "Error": _object(
@@ -263,6 +285,12 @@ COMPONENTS: dict[str, Schema] = {
                 "default": limits.DEFAULT_LEASE_MS,
             },
             "queues": {"type": "array", "items": ref("QueueName")},
+            "acks": {
+                **_settle_items("result"),
+                "description": "Settle these first (with `nacks`: at most "
+                f"{limits.MAX_BATCH} in all); the answer then carries `results`.",
+            },
+            "nacks": _settle_items("error"),
         },
         [],
         closed=True,
@@ -271,30 +299,15 @@ COMPONENTS: dict[str, Schema] = {
         {"deliveries": {"type": "array", "items": ref("Delivery"), "minItems": 1}},
         ["deliveries"],
     ),
-    "AckBatchRequest": _object(
+    "SettledAndDeliveries": _object(
         {
-            "acks": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": limits.MAX_BATCH,
-                "items": {"description": "{id, lease_id, result}; a bad item gets its own 400."},
-            }
+            "results": {"type": "array", "items": _SETTLE_ITEM_RESULT},
+            "deliveries": {"type": "array", "items": ref("Delivery")},
         },
-        ["acks"],
-        closed=True,
+        ["results", "deliveries"],
     ),
-    "NackBatchRequest": _object(
-        {
-            "nacks": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": limits.MAX_BATCH,
-                "items": {"description": "{id, lease_id, error}; a bad item gets its own 400."},
-            }
-        },
-        ["nacks"],
-        closed=True,
-    ),
+    "AckBatchRequest": _settle_batch("acks", "result"),
+    "NackBatchRequest": _settle_batch("nacks", "error"),
     "SettleResults": _object(
         {"results": {"type": "array", "items": _SETTLE_ITEM_RESULT}}, ["results"]
     ),

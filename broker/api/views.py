@@ -11,9 +11,9 @@ from rest_framework.response import Response
 from broker import queue, waiting
 from broker.api import parsing
 from broker.api.base import BrokerView
-from broker.api.errors import UNAVAILABLE, error_body
+from broker.api.errors import error_body
 from broker.api.representation import delivery, timestamp
-from broker.exceptions import TaskNotFound
+from broker.exceptions import DatabaseUnavailable, TaskNotFound
 from broker.longpoll import claim_wait, socket_gone
 from broker.models import Task
 from broker.states import State
@@ -25,7 +25,7 @@ _WAITING_STATES = frozenset({State.READY, State.DELAYED})
 def _task_pk(raw: str) -> int:
     pk = parsing.task_id(raw)
     if pk is None:
-        raise TaskNotFound("No such task.")
+        raise TaskNotFound()
     return pk
 
 
@@ -78,25 +78,31 @@ class ClaimView(BrokerView):
         return Response(delivery(got[0]))
 
 
-class AckView(BrokerView):
+class _SettleView(BrokerView):
+    """POST /jobs/{id}/ack or /nack: `extra` is the body field each may carry."""
+
+    extra = ""
+
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request, required=False)
-        parsing.only_fields(body, {"lease_id", "result"})
+        parsing.only_fields(body, {"lease_id", self.extra})
         lease_id = parsing.lease_id_from(request, body)
-        queue.ack(_task_pk(task_id), lease_id=lease_id, result=body.get("result"))
-        return Response(status=204)
-
-
-class NackView(BrokerView):
-    def post(self, request: Request, task_id: str) -> Response:
-        body = parsing.read_object(request, required=False)
-        parsing.only_fields(body, {"lease_id", "error"})
-        lease_id = parsing.lease_id_from(request, body)
-        error = body.get("error")
-        if error is not None and not isinstance(error, str):
+        value = body.get(self.extra)
+        if self.extra == "error" and not isinstance(value, str | None):
             raise parsing.ValidationFailed({"error": ["Must be a string."]})
-        queue.nack(_task_pk(task_id), lease_id=lease_id, error=error)
+        item = [(_task_pk(task_id), lease_id, value)]
+        (answer,) = queue.settle(item, []) if self.extra == "result" else queue.settle([], item)
+        if answer.error is not None:
+            raise answer.error()
         return Response(status=204)
+
+
+class AckView(_SettleView):
+    extra = "result"
+
+
+class NackView(_SettleView):
+    extra = "error"
 
 
 class ExtendView(BrokerView):
@@ -155,5 +161,7 @@ class HealthView(BrokerView):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
         except Exception:
-            return Response({**error_body(UNAVAILABLE), "status": "unavailable"}, status=503)
+            unavailable = DatabaseUnavailable()
+            body = {**error_body(unavailable.message), "status": "unavailable"}
+            return Response(body, status=unavailable.status_code)
         return Response({"status": "ok"})

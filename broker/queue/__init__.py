@@ -8,7 +8,8 @@ target states and counters of each move come from `broker.states.TRANSITIONS`.
     enqueue.py      enqueue, enqueue_many
     lease.py        claim, settle (ack/nack, one or many), extend
     restricted.py   the claim of paused and limited queues (max_in_flight, rate_per_s)
-    deadletters.py  requeue, cancel
+    deadletters.py  requeue, cancel, cancel_queue (purge)
+    redelivery.py   release (handed_out → ready at once), failed attempts no worker nacked
     sweeps.py       reclaim_expired, promote_delayed, prune_finished
     counters.py     the counter rows: moving, folding, one-snapshot reads
     sql.py          every statement
@@ -23,7 +24,7 @@ from broker.queue.base import (
     Settle,
 )
 from broker.queue.counters import fold_deltas, gauges, stats, totals
-from broker.queue.deadletters import cancel, cancel_many, requeue, requeue_many
+from broker.queue.deadletters import cancel, cancel_many, cancel_queue, requeue, requeue_many
 from broker.queue.enqueue import enqueue, enqueue_many
 from broker.queue.lease import (
     Claimed,
@@ -35,6 +36,7 @@ from broker.queue.lease import (
     nack_many,
     settle,
 )
+from broker.queue.redelivery import limit_receives, release, release_many
 from broker.queue.sweeps import promote_delayed, prune_finished, reclaim_expired
 
 __all__ = [
@@ -50,17 +52,21 @@ __all__ = [
     "ack_many",
     "cancel",
     "cancel_many",
+    "cancel_queue",
     "claim",
     "enqueue",
     "enqueue_many",
     "extend",
     "fold_deltas",
     "gauges",
+    "limit_receives",
     "nack",
     "nack_many",
     "promote_delayed",
     "prune_finished",
     "reclaim_expired",
+    "release",
+    "release_many",
     "requeue",
     "requeue_many",
     "settle",

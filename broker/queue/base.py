@@ -28,27 +28,31 @@ class NewTask:
     """What an enqueue asks for, already validated."""
 
     payload: str  # JSON text
-    max_attempts: int = 3
+    max_attempts: int | None = 3  # None: unlimited
     delay_ms: int = 0
     queue: str = "default"
     priority: int = 1
     type: str | None = None
     idempotency_key: str | None = None
+    backoff: bool = True  # False: a failed attempt is retried at once (SQS messages)
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimedTask:
-    """The fields of a task a claim hands out (a plain record: no model on the hot path)."""
+    """The fields of a task a claim hands out (a plain record: no model on the hot path).
+
+    Its times are already API text (see api_time): PostgreSQL writes them in the claim itself.
+    """
 
     pk: int
     payload: str  # JSON text, as stored
     attempts: int
-    max_attempts: int
+    max_attempts: int | None
     queue: str
     priority: int
     type: str | None
-    created_at: datetime
-    available_at: datetime
+    created_at: str
+    available_at: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,17 @@ class Delivery:
 # call would have raised (its class carries the status and the sentence).
 Outcome = type[BrokerError] | None
 Settle = tuple[int | None, str, Any]  # (task id or None when it cannot exist, lease id, extra)
+
+
+def api_time(value: datetime | None) -> str | None:
+    """RFC 3339, UTC, milliseconds (truncated): 2026-11-29T11:28:36.123Z."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# api_time in SQL, for PostgreSQL to write in the statement that reads the time.
+API_TIME_SQL = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
 
 def current_time() -> datetime:
@@ -91,6 +106,11 @@ def kept_error(error: str | None) -> str:
     if len(error) > MAX_KEPT_ERROR_CHARS:
         error = error[: MAX_KEPT_ERROR_CHARS - len(TRUNCATED)] + TRUNCATED
     return storable(error)
+
+
+def retries_left(attempts: int, max_attempts: int | None) -> bool:
+    """Whether a task that failed its `attempts`-th attempt is tried again (None: unlimited)."""
+    return max_attempts is None or attempts < max_attempts
 
 
 def retry_delay(attempts: int, jitter: float | None = None) -> timedelta:

@@ -36,7 +36,7 @@ def cancel(task_id: int) -> None:
             .first()
         )
         if row is None:
-            raise TaskNotFound("No such task.")
+            raise TaskNotFound()
         state, queue_name, attempts = row
         if state not in sources:
             raise InvalidTransition(f"The task is already {state}.")
@@ -50,6 +50,23 @@ def cancel(task_id: int) -> None:
 def cancel_many(task_ids: Iterable[int]) -> int:
     """Cancel every cancellable task among `task_ids`, in batches; returns how many moved."""
     return _move_many(task_ids, "cancel", {})
+
+
+def cancel_queue(queue_name: str) -> int:
+    """Cancel every ready, delayed or handed-out task of a queue enqueued before the call (SQS's
+    PurgeQueue), _BATCH per transaction; returns how many moved. Dead tasks stay in the DLQ."""
+    sources = TRANSITIONS["cancel"][0]
+    started = current_time()
+    moved = 0
+    while True:
+        ids = list(
+            Task.objects.filter(queue=queue_name, state__in=sources, created_at__lte=started)
+            .order_by()
+            .values_list("pk", flat=True)[:_BATCH]
+        )
+        if not ids:
+            return moved
+        moved += _move_many(ids, "cancel", {})
 
 
 def requeue(task_id: int) -> None:
@@ -93,7 +110,7 @@ def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> 
             Task.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(**update)
             counters.bump(counters.count_moves((event,), [(q, s, target) for _, q, s in rows]))
             if event == "requeue":
-                _trim_errors([pk for pk, _, _ in rows])
+                trim_errors([pk for pk, _, _ in rows])
             restricted.wake_freed(Counter(q for _, q, s in rows if s == State.HANDED_OUT))
             if target == State.READY:
                 # Each queue's own claimers: a wake for another queue's would be lost on them.
@@ -111,7 +128,7 @@ _TRIM = (
 )
 
 
-def _trim_errors(task_ids: list[int]) -> None:
+def trim_errors(task_ids: list[int]) -> None:
     """Keep each task's newest MAX_KEPT_ERRORS errors."""
     with connection.cursor() as cursor:
         cursor.execute(_TRIM.format(ids=", ".join(["%s"] * len(task_ids))),

@@ -19,8 +19,8 @@ _READY = TRANSITIONS["enqueue"][1]
 _DELAYED = TRANSITIONS["enqueue_delayed"][1]
 
 
-def _new_values(spec: NewTask, now: datetime) -> dict[str, Any]:
-    """A new task's columns (every concrete field but the id)."""
+def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
+    """The columns of a new task that the enqueue decides (sql.NEW_VALUES); the rest are fixed."""
     delayed = spec.delay_ms > 0
     return {
         "state": _DELAYED if delayed else _READY,
@@ -28,23 +28,15 @@ def _new_values(spec: NewTask, now: datetime) -> dict[str, Any]:
         "priority": spec.priority,
         "type": spec.type,
         "payload": spec.payload,
-        "result": None,
-        "attempts": 0,
         "max_attempts": spec.max_attempts,
         "available_at": now + timedelta(milliseconds=spec.delay_ms) if delayed else now,
-        "lease_id": None,
-        "lease_deadline": None,
-        "claimed_at": None,
-        "worker": None,
         "idempotency_key": spec.idempotency_key,
-        "last_error": None,
-        "created_at": now,
-        "updated_at": now,
+        "backoff": spec.backoff,
     }
 
 
 def _new_row(spec: NewTask, now: datetime) -> Task:
-    return Task(**_new_values(spec, now))
+    return Task(**_given(spec, now), attempts=0, created_at=now, updated_at=now)
 
 
 def enqueue(spec: NewTask) -> tuple[int, bool]:
@@ -90,8 +82,8 @@ def _holder_of(key: str | None) -> int | None:
 
 def _enqueue_pg(spec: NewTask, in_caller_transaction: bool) -> tuple[int, bool]:
     """enqueue() on PostgreSQL: insert, count and NOTIFY in one statement."""
-    params = _new_values(spec, current_time())
-    params["shard"] = shard()
+    now = current_time()
+    params = {**_given(spec, now), "now": now, "shard": shard()}
     statement = sql.ENQUEUE_IN_CALLER_TRANSACTION if in_caller_transaction else sql.ENQUEUE
     with connection.cursor() as cursor:
         for _ in range(3):
@@ -164,22 +156,11 @@ def _plan(specs: list[NewTask], keys: set[str]) -> tuple[list[Task | int], list[
 def _enqueue_many_pg(specs: list[NewTask], in_caller_transaction: bool) -> list[int]:
     """enqueue_many() on PostgreSQL without keys: insert, count and NOTIFY in one statement."""
     now = current_time()
-    states, available = [], []
-    for spec in specs:
-        delayed = spec.delay_ms > 0
-        states.append(_DELAYED if delayed else _READY)
-        available.append(now + timedelta(milliseconds=spec.delay_ms) if delayed else now)
-    params = {
-        "now": now,
-        "state": states,
-        "queue": [s.queue for s in specs],
-        "priority": [s.priority for s in specs],
-        "type": [s.type for s in specs],
-        "payload": [s.payload for s in specs],
-        "max_attempts": [s.max_attempts for s in specs],
-        "available_at": available,
-        "shard": shard(),
-    }
+    rows = [_given(spec, now) for spec in specs]
+    columns = [c for c in sql.NEW_VALUES if c != "idempotency_key"]  # none here
+    params: dict[str, Any] = {c: [r[c] for r in rows] for c in columns}
+    params.update(now=now, shard=shard())
+    states = params["state"]
     statement = (
         sql.ENQUEUE_MANY_IN_CALLER_TRANSACTION if in_caller_transaction else sql.ENQUEUE_MANY
     )

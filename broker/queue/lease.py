@@ -22,9 +22,11 @@ from broker.queue.base import (
     Delivery,
     Outcome,
     Settle,
+    api_time,
     aware,
     current_time,
     kept_error,
+    retries_left,
     retry_delay,
     shard,
     storable,
@@ -129,7 +131,10 @@ def hand_out_generic(hand: restricted.Hand, found: list[tuple[Any, ...]]) -> lis
     )
     moves = [(row[4], State.READY.value, _HANDED_OUT) for row in found]
     counters.bump(counters.count_moves(("claim",), moves))
-    return [(*row[:2], row[2] + 1, *row[3:7], aware(row[7]), aware(row[8])) for row in found]
+    return [
+        (*row[:2], row[2] + 1, *row[3:7], api_time(aware(row[7])), api_time(aware(row[8])))
+        for row in found
+    ]
 
 
 # -- settle -----------------------------------------------------------------------------------
@@ -142,6 +147,8 @@ def settle(acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[Settled]:
     Answers acks then nacks, in order, each as its single call would: settled, TaskNotHeld (not
     handed out, or settled by an earlier item) or LeaseMismatch (handed out under another lease).
     """
+    if not acks and not nacks:
+        return []
     now = current_time()
     acks = [(pk, storable(lease), None if r is None else json.dumps(r)) for pk, lease, r in acks]
     nacks = [(pk, storable(lease), kept_error(e)) for pk, lease, e in nacks]
@@ -176,7 +183,8 @@ def _settle_pg(
         "retry_max_ms": settings.BROKER_RETRY_MAX_MS,
     }
     with connection.cursor() as cursor:
-        cursor.execute(sql.SETTLE, params)
+        statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
+        cursor.execute(statement, params)
         rows = cursor.fetchall()
     return [Settled(_OUTCOMES[code], queue, attempts, state) for _, code, queue, attempts, state, _
             in rows]
@@ -195,7 +203,9 @@ def _settle_generic(
             for row in Task.objects.select_for_update()
             .filter(pk__in=ids, state=_HANDED_OUT)
             .order_by("pk")
-            .values_list("pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at")
+            .values_list(
+                "pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at", "backoff"
+            )
         }
         done: set[int] = set()
         updates, errors, moves = [], [], []
@@ -212,11 +222,12 @@ def _settle_generic(
                 answers.append(Settled(TaskNotHeld))
                 continue
             done.add(pk)
-            _, _, attempts, max_attempts, queue, claimed_at = row
+            _, _, attempts, max_attempts, queue, claimed_at, backoff = row
             if is_ack:
                 state, available_at = State.DONE.value, None
-            elif attempts < max_attempts:
-                state, available_at = State.DELAYED.value, now + retry_delay(attempts)
+            elif retries_left(attempts, max_attempts):
+                wait = retry_delay(attempts) if backoff else timedelta(0)
+                state, available_at = State.DELAYED.value, now + wait
             else:
                 state, available_at = State.DEAD.value, None
             updates.append((state, available_at, None if is_ack else body,

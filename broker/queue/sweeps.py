@@ -7,19 +7,17 @@ from datetime import datetime
 from django.db import transaction
 
 from broker import observe
-from broker.models import Task, TaskError
+from broker.models import Task
 from broker.queue import counters, restricted
-from broker.queue.base import LEASE_EXPIRED, current_time, retry_delay
-from broker.queue.lease import write_settled
+from broker.queue.base import LEASE_EXPIRED, current_time
+from broker.queue.redelivery import HELD_COLUMNS, fail_held
 from broker.states import FINISHED_STATES, TRANSITIONS, State
 from broker.wakeup import announce
 
-_RETRY = TRANSITIONS["reclaim_retry"][1]
-_BURY = TRANSITIONS["reclaim_bury"][1]
-
 
 def reclaim_expired(limit: int = 500) -> int:
-    """Handed-out tasks whose lease expired → delayed (backoff) or dead, error "lease expired".
+    """Handed-out tasks whose lease expired → delayed (backoff), ready at once (a task without
+    backoff), or dead; error "lease expired".
 
     Locks with SKIP LOCKED, so two sweepers never move the same task. Returns how many moved.
     """
@@ -29,26 +27,14 @@ def reclaim_expired(limit: int = 500) -> int:
             Task.objects.expired(now)
             .order_by("lease_deadline")
             .lock_skipping_locked()
-            .values_list("pk", "queue", "attempts", "max_attempts")[:limit]
+            .values_list(*HELD_COLUMNS)[:limit]
         )
         if not rows:
             return 0
-        updates, moves = [], []
-        for pk, queue, attempts, max_attempts in rows:
-            retry = attempts < max_attempts
-            state = _RETRY if retry else _BURY
-            updates.append((state, now + retry_delay(attempts) if retry else None,
-                            LEASE_EXPIRED, None, pk))
-            moves.append((queue, State.HANDED_OUT.value, state))
-        write_settled(updates, now)
-        TaskError.objects.bulk_create(
-            TaskError(task_id=pk, attempt=attempts, at=now, error=LEASE_EXPIRED)
-            for pk, _, attempts, _ in rows
-        )
-        counters.bump(counters.count_moves(("reclaim_retry", "reclaim_bury"), moves))
+        moves = fail_held(rows, now, LEASE_EXPIRED, at_once=False)
         restricted.wake_freed(Counter(queue for queue, _, _ in moves))
     if len(rows) == 1:
-        pk, queue, attempts, _ = rows[0]
+        pk, queue, attempts, _, _ = rows[0]
         observe.moved(State.HANDED_OUT, moves[0][2], task=pk, queue=queue, attempts=attempts)
     else:
         for state, n in Counter(state for _, _, state in moves).items():

@@ -128,7 +128,7 @@ def test_settle_and_claim__acks_committed_before_the_claim_parks(api_client: API
 
     def park() -> None:
         try:
-            answer["r"] = _claim(APIClient(), {"acks": [_item(a)], "wait_ms": 3000})
+            answer["r"] = _claim(APIClient(), {"acks": [_item(a)], "wait_ms": 6000})
         finally:
             connections.close_all()
 
@@ -136,12 +136,12 @@ def test_settle_and_claim__acks_committed_before_the_claim_parks(api_client: API
     start = time.monotonic()
     thread.start()
     seen = None
-    while time.monotonic() - start < 2.5:
+    while time.monotonic() - start < 4:
         seen = Task.objects.filter(pk=a["task"]["id"]).values_list("state", flat=True).first()
         if seen == "done":
             break
         time.sleep(0.02)
     assert thread.is_alive(), "the claim answered instead of waiting"
     assert seen == "done", "the ack waited for the claim's wait to end"
-    thread.join(10)
+    thread.join(15)
     assert answer["r"].status_code == 200 and answer["r"].json()["deliveries"] == []

@@ -133,8 +133,8 @@ def test_browser__requeue_from_dlq__claimed_again__dashboard_follows_stats(
 ) -> None:
     if not CHROMIUM.exists():
         pytest.skip(
-            "no Chromium at /usr/bin/chromium: tests/run.sh installs Debian's chromium package "
-            "when it can (apt-get as root); install it with `apt-get install chromium`"
+            "no Chromium at /usr/bin/chromium: `make deps` installs Debian's chromium package "
+            "(apt-get as root)"
         )
     from playwright.sync_api import expect, sync_playwright
 

@@ -112,10 +112,11 @@ def test_task__outside_the_allow_list__failed_never_run(start_worker: StartWorke
 
 def test_task__priority__higher_runs_first(start_worker: StartWorker) -> None:
     # Enqueued lowest first while no worker runs; one worker thread then takes them in turn.
+    # One claim per task: started_at is the claim time, which one prefetching claim shares.
     low = sample_tasks.add.using(priority=-20).enqueue(0, 1)
     normal = sample_tasks.add.enqueue(0, 2)
     high = sample_tasks.add.using(priority=20).enqueue(0, 3)
-    start_worker("--concurrency", "1")
+    start_worker("--concurrency", "1", "--prefetch", "0")
 
     for result in (low, normal, high):
         assert _finished(result).status == TaskResultStatus.SUCCESSFUL

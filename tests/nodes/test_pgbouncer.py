@@ -37,7 +37,7 @@ def _answers(port: int) -> bool:
 def bounced_url(db_url: str) -> Iterator[str]:
     """db_url, but through a PgBouncer in transaction mode started for this test."""
     if PGBOUNCER is None:
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+        pytest.skip("pgbouncer is not installed: `make deps` installs it (apt-get as root)")
     port = free_port()
     # Its own world-readable folder: pgbouncer refuses to run as root and drops to postgres.
     folder = Path(tempfile.mkdtemp(prefix="pgbouncer-"))

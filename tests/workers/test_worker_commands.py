@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import signal
@@ -14,7 +15,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
+from tests.workers.api_fake import ApiFake
 from tests.workers.worker_fakes import FakeServer, Reply, delivery, wait_until
 from workers.management.commands import runworker
 
@@ -80,14 +84,36 @@ def test_runworker__no_checks_no_database() -> None:
     assert command.requires_migrations_checks is False
 
 
+def test_runworker__mode_flags__prefetch_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = runworker.Command().create_parser("manage.py", "runworker")
+
+    assert (parser.parse_args([]).prefetch, parser.parse_args([]).batch) == (None, 1)
+    assert parser.parse_args(["--prefetch", "0"]).prefetch == 0
+
+
+def test_runworker__batch_and_prefetch__usage_error() -> None:
+    with pytest.raises(CommandError, match="two modes"):
+        call_command(runworker.Command(), "--batch", "5", "--prefetch", "2", stdout=io.StringIO())
+
+
+# (extra flags, claim request, claims parked by an idle worker of 3 threads)
+MODES = {
+    "prefetch": ((), ("POST", "/jobs/claim"), 1),
+    "single": (("--prefetch", "0"), ("GET", "/jobs/next"), 3),
+    "batch": (("--batch", "5"), ("POST", "/jobs/claim"), 3),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_runworker__signal_while_parked__exits_0_at_once(
-    http_broker: FakeServer, spawn: Spawn, tmp_path: Path, signum: int
+    http_broker: FakeServer, spawn: Spawn, tmp_path: Path, signum: int, mode: str
 ) -> None:
-    http_broker.default("GET", "/jobs/next", Reply(204, hold_s=20))
+    flags, (method, path), parked = MODES[mode]
+    http_broker.default(method, path, Reply(204, hold_s=20))
     proc = spawn("--broker", http_broker.url, "--wait-ms", "20000", "--concurrency", "3",
-                 "--log-file", str(tmp_path / "jobs.log"))
-    assert wait_until(lambda: len(http_broker.requests_to("GET", "/jobs/next")) == 3, 20)
+                 "--log-file", str(tmp_path / "jobs.log"), *flags)
+    assert wait_until(lambda: len(http_broker.requests_to(method, path)) == parked, 20)
     time.sleep(0.2)  # parked in recv()
 
     sent_at = time.monotonic()
@@ -96,16 +122,16 @@ def test_runworker__signal_while_parked__exits_0_at_once(
 
     assert code == 0, stderr_of(tmp_path)
     assert time.monotonic() - sent_at < 3
-    assert len(http_broker.requests_to("GET", "/jobs/next")) == 3
+    assert len(http_broker.requests_to(method, path)) == parked
 
 
-def read_line(fifo: Path, timeout_s: float) -> bytes:
-    """Open the FIFO's read end (freeing the writer) and read one line from it."""
+def read_line(fifo: Path, timeout_s: float, lines: int = 1) -> bytes:
+    """Open the FIFO's read end (freeing the writers) and read that many lines from it."""
     fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     data = b""
     try:
         end = time.monotonic() + timeout_s
-        while not data.endswith(b"\n") and time.monotonic() < end:
+        while data.count(b"\n") < lines and time.monotonic() < end:
             try:
                 data += os.read(fd, 65536)
             except OSError as exc:
@@ -128,7 +154,7 @@ def test_runworker__sigterm_with_task_in_hand__finishes_acks_exits_0(
     http_broker.default("GET", "/jobs/next", Reply(204, hold_s=20))
     http_broker.default("POST", "/jobs/t1/ack", Reply(204))
     proc = spawn("--broker", http_broker.url, "--concurrency", "1", "--log-file", str(fifo),
-                 BROKER_API_TOKEN="tok")
+                 "--prefetch", "0", BROKER_API_TOKEN="tok")
     assert wait_until(lambda: len(http_broker.requests_to("GET", "/jobs/next")) == 1, 20)
     time.sleep(0.3)  # the handler is now blocked opening the FIFO
 
@@ -146,3 +172,32 @@ def test_runworker__sigterm_with_task_in_hand__finishes_acks_exits_0(
     assert ack.headers["x-broker-worker"] == f"{socket.gethostname()}:{proc.pid}:worker-1"
     assert len(http_broker.requests_to("GET", "/jobs/next")) == 1  # no claim after SIGTERM
     assert "task t1 acked" in stderr_of(tmp_path)
+
+
+def test_runworker__sigterm_with_tasks_prefetched__runs_settles_all_exits_0(
+    http_broker: FakeServer, spawn: Spawn, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "jobs.fifo"
+    os.mkfifo(fifo)
+    api = ApiFake(http_broker)
+    for n in (1, 2, 3, 4):
+        api.add(f"t{n}", {"line": f"hello {n}"})
+    proc = spawn("--broker", http_broker.url, "--concurrency", "1", "--prefetch", "3",
+                 "--log-file", str(fifo))
+    # t1 runs, blocked on the FIFO; t2 waits its turn (one per thread until tasks are timed).
+    assert wait_until(lambda: set(api.held) == {"t1", "t2"}, 20)
+    time.sleep(0.3)
+    claims = len(api.claim_bodies)
+
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert proc.poll() is None  # still working through what it holds
+    lines = read_line(fifo, 5, lines=2).splitlines()
+    code = proc.wait(10)
+
+    assert code == 0, stderr_of(tmp_path)
+    assert [json.loads(line)["id"] for line in lines] == ["t1", "t2"]
+    assert api.acked == {"t1": None, "t2": None}
+    assert [d["task"]["id"] for d in api.pending] == ["t3", "t4"]
+    assert len(api.claim_bodies) == claims  # no claim after SIGTERM
+    assert "task t2 acked" in stderr_of(tmp_path)

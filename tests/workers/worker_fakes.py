@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from workers.wire import Claimed
+
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
     """Poll predicate until it holds or timeout_s passes; its last value."""
@@ -53,6 +55,16 @@ class FakeBroker:
         self.ack_batches: list[list[str]] = []
         self.nack_batches: list[list[str]] = []
         self.slow_acks_s = 0.0
+        # Per task id, the status its next ack gets instead of the usual answer (e.g. 413).
+        self.ack_statuses: dict[str, int] = {}
+        # Each settle-and-claim as it arrived: (ack ids, nack ids, max, wait_ms).
+        self.settle_claims: list[tuple[list[str], list[str], int, int]] = []
+        # Everything in arrival order: ("claim", ...), ("settle", ...), ("extend", ...).
+        self.events: list[tuple[Any, ...]] = []
+        # Handed out and not yet settled, now and at most (what a prefetch limit bounds).
+        self.outstanding = 0
+        self.max_outstanding = 0
+        self.parked = 0  # claims waiting for a task right now
         self._cond = threading.Condition()
 
     def add(self, task_id: str, payload: Any, *, type_: str | None = None) -> dict[str, Any]:
@@ -70,26 +82,37 @@ class FakeBroker:
             self.claims += 1
             if self.claim_errors:
                 raise self.claim_errors.popleft()
-            while not self.deliveries and not self.cancelled:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(left)
+            self.parked += 1
+            try:
+                while not self.deliveries and not self.cancelled:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return None
+                    self._cond.wait(left)
+            finally:
+                self.parked -= 1
             if self.cancelled:
                 return None
-            return self.deliveries.popleft()
+            return self._hand_out()
+
+    def _hand_out(self) -> dict[str, Any]:
+        self.outstanding += 1
+        self.max_outstanding = max(self.max_outstanding, self.outstanding)
+        return self.deliveries.popleft()
 
     def ack(self, task_id: str, lease_id: str, result: Any = None) -> bool:
         """Record; encodes result as BrokerClient would, so a bad result raises the same way."""
         json.dumps(result, allow_nan=False)
         with self._cond:
             self.acks.append((task_id, lease_id, result))
+            self.outstanding -= 1
         return self.answer
 
     def nack(self, task_id: str, lease_id: str, error: str) -> bool:
         """Record."""
         with self._cond:
             self.nacks.append((task_id, lease_id, error))
+            self.outstanding -= 1
         return self.answer
 
     def claim_many(self, max_n: int, wait_ms: int, lease_ms: int, queues: Any = ()) -> Any:
@@ -100,29 +123,53 @@ class FakeBroker:
         got = [first]
         with self._cond:
             while self.deliveries and len(got) < max_n:
-                got.append(self.deliveries.popleft())
+                got.append(self._hand_out())
         return got
 
-    def ack_many(self, acks: Any) -> list[bool]:
-        """Record the batch, then each item as ack() would; slow_acks_s delays the answer."""
+    def settle(self, acks: Any, nacks: Any) -> list[int]:
+        """Like POST /jobs/ack then /jobs/nack: record each batch; a status per item."""
         json.dumps([r for _, _, r in acks], allow_nan=False)
         with self._cond:
-            self.ack_batches.append([t for t, _, _ in acks])
-            self.acks.extend(acks)
+            self.events.append(("settle", [t for t, _, _ in acks], [t for t, _, _ in nacks]))
+            statuses = self._settle_locked(acks, nacks)
         time.sleep(self.slow_acks_s)
-        return [self.answer] * len(acks)
+        return statuses
 
-    def nack_many(self, nacks: Any) -> list[bool]:
-        """Record the batch, then each item as nack() would."""
+    def settle_and_claim(
+        self, acks: Any, nacks: Any, max_n: int, wait_ms: int, lease_ms: int, queues: Any = ()
+    ) -> Claimed:
+        """Like POST /jobs/claim with acks and nacks: settled first, then claim_many()."""
+        json.dumps([r for _, _, r in acks], allow_nan=False)
         with self._cond:
+            ack_ids, nack_ids = [t for t, _, _ in acks], [t for t, _, _ in nacks]
+            self.settle_claims.append((ack_ids, nack_ids, max_n, wait_ms))
+            self.events.append(("claim", ack_ids, nack_ids, max_n, wait_ms))
+            statuses = self._settle_locked(acks, nacks)
+        return Claimed(statuses, self.claim_many(max_n, wait_ms, lease_ms, queues))
+
+    def _settle_locked(self, acks: Any, nacks: Any) -> list[int]:
+        answer = 204 if self.answer else 404
+        statuses = []
+        if acks:
+            self.ack_batches.append([t for t, _, _ in acks])
+        for item in acks:
+            status = self.ack_statuses.pop(item[0], answer)
+            if status == answer:
+                self.acks.append(tuple(item))
+                self.outstanding -= 1
+            statuses.append(status)
+        if nacks:
             self.nack_batches.append([t for t, _, _ in nacks])
-            self.nacks.extend(nacks)
-        return [self.answer] * len(nacks)
+            self.nacks.extend(tuple(item) for item in nacks)
+            self.outstanding -= len(nacks)
+            statuses.extend([answer] * len(nacks))
+        return statuses
 
     def extend(self, task_id: str, lease_id: str, lease_ms: int) -> bool:
         """Record."""
         with self._cond:
             self.extends.append((task_id, lease_id, lease_ms))
+            self.events.append(("extend", task_id))
         return self.extend_answer
 
     def cancel_claims(self) -> None:
@@ -139,6 +186,7 @@ class Reply:
     status: int
     body: Any = None
     hold_s: float = 0.0
+    close: bool = False  # hang up after answering, unannounced (a keep-alive timeout)
 
 
 @dataclass
@@ -163,6 +211,10 @@ class FakeServer:
     seen: list[Seen] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Consulted before the scripts; None from it falls back to them.
+    responder: Callable[[Seen], Reply | None] | None = None
+    # Bodies over this many bytes get 413, as BROKER_MAX_BODY_BYTES makes the broker do.
+    max_body: int | None = None
 
     def script(self, method: str, path: str, *replies: Reply) -> None:
         """Answer the next requests to method path with replies, in order."""
@@ -184,6 +236,11 @@ class FakeServer:
         key = (seen.method, seen.path)
         with self.lock:
             self.seen.append(seen)
+        if self.responder is not None:
+            reply = self.responder(seen)
+            if reply is not None:
+                return reply
+        with self.lock:
             queue = self.scripts.get(key)
             if queue:
                 return queue.popleft()
@@ -199,15 +256,23 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         parts = urlsplit(self.path)
+        fake = self.server.fake
+        too_large = fake.max_body is not None and length > fake.max_body
         seen = Seen(
             method=self.command,
             path=parts.path,
             query=parse_qs(parts.query),
             headers={k.lower(): v for k, v in self.headers.items()},
-            body=json.loads(raw) if raw else None,
+            # The broker's parser refuses NaN and Infinity; so does this one.
+            body=None if too_large or not raw else json.loads(raw, parse_constant=_refuse),
             client_port=self.client_address[1],
         )
-        reply = self.server.fake.take(seen)
+        if too_large:
+            with fake.lock:
+                fake.seen.append(seen)
+            reply = Reply(413, {"error": "The body is over BROKER_MAX_BODY_BYTES."})
+        else:
+            reply = fake.take(seen)
         if reply.hold_s:
             self.server.fake.release.wait(reply.hold_s)
         data = b"" if reply.body is None else json.dumps(reply.body).encode()
@@ -217,11 +282,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        if reply.close:
+            self.close_connection = True
 
     do_GET = do_POST = do_DELETE = _serve  # noqa: N815 - http.server's naming
 
     def log_message(self, fmt: str, *args: Any) -> None:
         """Quiet."""
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 class _Server(ThreadingHTTPServer):

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 
 from workers.client import DEFAULT_BROKER_URL
+from workers.wire import DEFAULT_MAX_BODY_BYTES, MAX_LEASE_MS
 
 
 def default_broker_url() -> str:
@@ -18,6 +19,22 @@ def default_broker_url() -> str:
 def api_token() -> str | None:
     """BROKER_API_TOKEN from the environment, sent as a bearer token when set."""
     return os.environ.get("BROKER_API_TOKEN") or None
+
+
+def max_body_bytes() -> int:
+    """BROKER_MAX_BODY_BYTES from the environment (the broker's own setting), else its default."""
+    raw = os.environ.get("BROKER_MAX_BODY_BYTES", "")
+    return int(raw) if raw.strip().isdigit() else DEFAULT_MAX_BODY_BYTES
+
+
+def lease_ms(text: str) -> int:
+    """argparse type: a lease from 1 ms up to the broker's cap (it would grant no more)."""
+    value = _int_at_least(text, 1)
+    if value > MAX_LEASE_MS:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_LEASE_MS} (the broker caps every lease there): {value}"
+        )
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -8,7 +8,7 @@ import signal
 from types import FrameType
 from typing import Any, ClassVar
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers import handlers
 from workers.client import BrokerClient
@@ -16,10 +16,13 @@ from workers.management.commands._common import (
     api_token,
     default_broker_url,
     int_between,
+    lease_ms,
     log_to_stderr,
+    max_body_bytes,
     non_negative_int,
     positive_int,
 )
+from workers.prefetch import DEFAULT_PREFETCH
 from workers.runner import Runner
 
 log = logging.getLogger("workers.runworker")
@@ -30,33 +33,75 @@ class Command(BaseCommand):
 
     help = (
         "Claim tasks from the broker over HTTP and run them. SIGTERM or SIGINT: stop claiming, "
-        "finish the tasks in hand, exit 0; a second signal exits at once."
+        "finish the tasks in hand (prefetched ones too), settle them, exit 0; a second signal "
+        "exits at once."
     )
     requires_system_checks: ClassVar[list[str]] = []  # no checks: HTTP only
     requires_migrations_checks = False
 
     def add_arguments(self, parser: CommandParser) -> None:
-        """The flags of API.md's Commands section."""
-        parser.add_argument("--broker", default=default_broker_url(),
-                            help="broker base URL (default: $BROKER_URL or %(default)s)")
-        parser.add_argument("--log-file", default=f"./{handlers.DEFAULT_LOG_FILE}",
-                            help="where untyped tasks are appended (default: %(default)s)")
-        parser.add_argument("--concurrency", type=positive_int, default=3,
-                            help="worker threads (default: %(default)s)")
-        parser.add_argument("--wait-ms", type=non_negative_int, default=20000,
-                            help="long-poll wait per claim (default: %(default)s)")
-        parser.add_argument("--lease-ms", type=positive_int, default=30000,
-                            help="lease per claim, extended each half lease (default: %(default)s)")
-        parser.add_argument("--queue", default="",
-                            help="comma-separated queues to claim from (default: all)")
-        parser.add_argument("--batch", type=int_between(1, 100), default=1,
-                            help="claim up to N tasks per request and ack in batches, 1-100 "
-                                 "(default: %(default)s: one at a time)")
+        """The flags of API.md's Commands section, plus the three modes."""
+        parser.add_argument(
+            "--broker",
+            default=default_broker_url(),
+            help="broker base URL (default: $BROKER_URL or %(default)s)",
+        )
+        parser.add_argument(
+            "--log-file",
+            default=f"./{handlers.DEFAULT_LOG_FILE}",
+            help="where untyped tasks are appended (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=3,
+            help="worker threads (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--wait-ms",
+            type=non_negative_int,
+            default=20000,
+            help="long-poll wait per claim (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--lease-ms",
+            type=lease_ms,
+            default=30000,
+            help="lease per claim, extended each half lease; at most 300000, "
+            "the broker's cap (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--queue", default="", help="comma-separated queues to claim from (default: all)"
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=int_between(0, 100),
+            default=None,
+            help="tasks held per thread at most (fewer when tasks are long), 0-100; acks "
+            f"ride with the next claim (default: {DEFAULT_PREFETCH}; 0: each thread claims "
+            "for itself, one task or --batch N)",
+        )
+        parser.add_argument(
+            "--batch",
+            type=int_between(1, 100),
+            default=1,
+            help="each thread claims up to N tasks per request and a sender "
+            "acks them, 1-100; instead of prefetching (default: "
+            "%(default)s: prefetch mode)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the client and runner, route the signals to runner.stop(), run."""
         log_to_stderr(options["verbosity"])
-        client = BrokerClient(options["broker"], token=api_token())
+        batch, prefetch = options["batch"], options["prefetch"]
+        if batch > 1 and prefetch:
+            raise CommandError("--batch and --prefetch are two modes: give one of them")
+        if prefetch is None:
+            prefetch = 0 if batch > 1 else DEFAULT_PREFETCH
+        try:
+            client = BrokerClient(options["broker"], token=api_token())
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         runner = Runner(
             client,
             resolve=functools.partial(handlers.resolve, log_file=options["log_file"]),
@@ -64,7 +109,9 @@ class Command(BaseCommand):
             wait_ms=options["wait_ms"],
             lease_ms=options["lease_ms"],
             queues=[q.strip() for q in options["queue"].split(",") if q.strip()],
-            batch=options["batch"],
+            batch=batch,
+            prefetch=prefetch,
+            max_body_bytes=max_body_bytes(),
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -75,10 +122,21 @@ class Command(BaseCommand):
             runner.stop()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        mode = (
+            f"prefetch {prefetch} (up to {prefetch * options['concurrency']} tasks in hand)"
+            if prefetch
+            else f"batch {batch}"
+            if batch > 1
+            else "one task per claim"
+        )
         log.info(
-            "worker on %s: %d threads, batch %d, wait %d ms, lease %d ms, queues %s",
-            options["broker"], options["concurrency"], options["batch"], options["wait_ms"],
-            options["lease_ms"], options["queue"] or "all",
+            "worker on %s: %d threads, %s, wait %d ms, lease %d ms, queues %s",
+            options["broker"],
+            options["concurrency"],
+            mode,
+            options["wait_ms"],
+            options["lease_ms"],
+            options["queue"] or "all",
         )
         try:
             runner.run()

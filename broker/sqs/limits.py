@@ -1,0 +1,38 @@
+"""SQS's names, limits and defaults as this endpoint applies them, written once."""
+
+from __future__ import annotations
+
+PATH = "/sqs"
+# A full-size message with its attributes, JSON-escaped, fits (whatever BROKER_MAX_BODY_BYTES).
+MAX_REQUEST_BYTES = 1_048_576
+# SQS now allows 1 MiB messages; this endpoint keeps the 256 KiB limit (body plus attributes), so a
+# request always fits MAX_REQUEST_BYTES. MaximumMessageSize may lower it, not raise it.
+MAX_MESSAGE_BYTES = 262_144
+MAX_BATCH = 10
+MAX_BATCH_ID = 80
+MAX_RECEIVE = 10
+MAX_WAIT_S = 20
+MAX_VISIBILITY_S = 43_200  # 12 hours
+MAX_DELAY_S = 900
+MAX_MESSAGE_ATTRIBUTES = 10
+MAX_ATTRIBUTE_NAME = 256
+MAX_RECEIVE_COUNT = 1000
+MAX_LIST_RESULTS = 1000
+# A signature's X-Amz-Date may be this far from the broker's clock either way.
+SIGNATURE_SKEW_S = 900
+# Queue ARNs name a fixed region and account: there is one broker, not an AWS account.
+ARN_PREFIX = "arn:aws:sqs:us-east-1:000000000000:"
+
+# Settable queue attributes: name → (model field, lowest, highest, default).
+QUEUE_NUMBERS: dict[str, tuple[str, int, int, int]] = {
+    "DelaySeconds": ("delay_s", 0, MAX_DELAY_S, 0),
+    "MaximumMessageSize": ("max_message_bytes", 1024, 1_048_576, MAX_MESSAGE_BYTES),
+    "MessageRetentionPeriod": ("retention_s", 60, 1_209_600, 345_600),
+    "ReceiveMessageWaitTimeSeconds": ("receive_wait_s", 0, MAX_WAIT_S, 0),
+    "VisibilityTimeout": ("visibility_timeout_s", 0, MAX_VISIBILITY_S, 30),
+}
+
+
+def is_sqs_path(path: str) -> bool:
+    """Whether a request path is the SQS endpoint or one of its queue URLs."""
+    return path == PATH or path.startswith(PATH + "/")

@@ -1,0 +1,127 @@
+"""POST /sqs: Amazon SQS's JSON protocol (X-Amz-Target: AmazonSQS.<Action>, a JSON body),
+verified by Signature V4 when the API's tokens are on, dispatched to one action."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import DisallowedHost
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from broker.longpoll import socket_gone
+from broker.sqs import errors, limits, queues, receiving, sending, sigv4
+from broker.sqs.params import Call
+
+log = logging.getLogger(__name__)
+
+Action = Callable[[Call], dict[str, Any]]
+ACTIONS: dict[str, Action] = {
+    "CreateQueue": queues.create_queue,
+    "GetQueueUrl": queues.get_queue_url,
+    "ListQueues": queues.list_queues,
+    "GetQueueAttributes": queues.get_queue_attributes,
+    "SetQueueAttributes": queues.set_queue_attributes,
+    "PurgeQueue": queues.purge_queue,
+    "DeleteQueue": queues.delete_queue,
+    "SendMessage": sending.send_message,
+    "SendMessageBatch": sending.send_message_batch,
+    "ReceiveMessage": receiving.receive_message,
+    "DeleteMessage": receiving.delete_message,
+    "DeleteMessageBatch": receiving.delete_message_batch,
+    "ChangeMessageVisibility": receiving.change_message_visibility,
+    "ChangeMessageVisibilityBatch": receiving.change_message_visibility_batch,
+}
+# SQS's other actions: UnsupportedOperation, not InvalidAction (they exist, just not here).
+NOT_OFFERED = frozenset(
+    {
+        "AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags",
+        "ListDeadLetterSourceQueues", "StartMessageMoveTask", "CancelMessageMoveTask",
+        "ListMessageMoveTasks",
+    }
+)  # fmt: skip
+TARGET_PREFIX = "AmazonSQS."
+_JSON_TYPES = ("application/x-amz-json-1.0", "application/x-amz-json-1.1", "application/json")
+
+
+@csrf_exempt
+def endpoint(request: HttpRequest, queue_name: str | None = None) -> HttpResponse:
+    """One SQS request → its action's JSON answer, or SQS's JSON error (never a 500 page)."""
+    request_id = str(uuid.uuid4())
+    try:
+        return errors.reply(_handle(request, queue_name), request_id)
+    except errors.SqsError as refused:
+        return refused.response(request_id)
+    except DatabaseError as exc:
+        log.warning("database error answered with 503: %s", exc)
+        unavailable = errors.ServiceUnavailable("The database cannot be reached; try again.")
+        return unavailable.response(request_id)
+    except Exception:
+        log.exception("unhandled error on SQS %s", request.META.get("HTTP_X_AMZ_TARGET"))
+        return errors.InternalFailure("Internal error; it has been logged.").response(request_id)
+
+
+def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
+    if request.method != "POST":
+        raise errors.MethodNotAllowed("The SQS endpoint takes POST requests only.")
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if not length.isdigit() or int(length) > limits.MAX_REQUEST_BYTES:
+        raise errors.RequestEntityTooLarge(
+            f"The request body is over the {limits.MAX_REQUEST_BYTES}-byte limit."
+        )
+    body = request.body
+    key_id = None
+    if settings.BROKER_API_TOKENS:
+        key_id = sigv4.verify(request, body, settings.BROKER_SQS_CREDENTIALS, timezone.now())
+    action = _action(request)
+    content_type = request.META.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
+    if content_type not in _JSON_TYPES:
+        raise errors.UnsupportedMediaType(
+            "The SQS endpoint takes application/x-amz-json-1.0 bodies (the JSON protocol)."
+        )
+    call = Call(
+        body=_body(body), base_url=_base_url(request), path_queue=queue_name,
+        worker=f"sqs:{key_id}" if key_id else "sqs",
+        gone=socket_gone(request.META.get("gunicorn.socket")),
+    )  # fmt: skip
+    return ACTIONS[action](call)
+
+
+def _action(request: HttpRequest) -> str:
+    target = request.META.get("HTTP_X_AMZ_TARGET", "")
+    if not target:
+        raise errors.MissingAction(
+            "The request has no X-Amz-Target header: this endpoint speaks SQS's JSON protocol."
+        )
+    service, _, action = target.partition(".")
+    if service + "." != TARGET_PREFIX or not action:
+        raise errors.InvalidAction(f"The action or operation requested is invalid: {target[:100]}")
+    if action in NOT_OFFERED:
+        raise errors.UnsupportedOperation(f"{action} is not offered by this broker.")
+    if action not in ACTIONS:
+        raise errors.InvalidAction(f"The action or operation requested is invalid: {action[:100]}")
+    return action
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        raise errors.SerializationException("The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise errors.SerializationException("The request body must be a JSON object.")
+    return data
+
+
+def _base_url(request: HttpRequest) -> str:
+    try:
+        return f"{request.scheme}://{request.get_host()}"
+    except DisallowedHost:
+        raise errors.InvalidAddress("The Host header names a host not in ALLOWED_HOSTS.") from None

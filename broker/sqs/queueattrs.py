@@ -1,0 +1,130 @@
+"""Queue attributes: SetQueueAttributes/CreateQueue values checked, GetQueueAttributes answers."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from broker.models import SqsQueue
+from broker.sqs import errors, limits
+
+READ_ONLY = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+)
+# What "All" reports, in this order.
+REPORTED = (*limits.QUEUE_NUMBERS, "RedrivePolicy", *READ_ONLY)
+# SQS's other attributes: refused when set (they would promise what the broker does not do),
+# left out when asked for.
+NOT_OFFERED = frozenset(
+    {
+        "Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled",
+        "RedriveAllowPolicy", "ContentBasedDeduplication", "DeduplicationScope",
+        "FifoThroughputLimit", "FifoQueue",
+    }
+)  # fmt: skip
+FIFO_REFUSED = "FIFO queues are not offered by this broker: use a standard queue."
+_INTEGER = re.compile(r"-?[0-9]{1,10}")
+
+
+def settings_from(raw: dict[str, str]) -> dict[str, Any]:
+    """SqsQueue field → value for the attributes of a CreateQueue or SetQueueAttributes."""
+    fields: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in limits.QUEUE_NUMBERS:
+            field, low, high, _ = limits.QUEUE_NUMBERS[name]
+            if not _INTEGER.fullmatch(value) or not low <= int(value) <= high:
+                raise errors.InvalidAttributeValue(
+                    f"Invalid value for the parameter {name}. Reason: Must be an integer from "
+                    f"{low} to {high}."
+                )
+            fields[field] = int(value)
+        elif name == "RedrivePolicy":
+            fields.update(redrive_policy(value))
+        elif name == "FifoQueue" and value.lower() == "true":
+            raise errors.UnsupportedOperation(FIFO_REFUSED)
+        elif name == "FifoQueue" and value.lower() == "false":
+            continue
+        elif name in NOT_OFFERED:
+            raise errors.InvalidAttributeName(
+                f"Attribute {name} is not offered by this broker (see docs/sqs.md)."
+            )
+        else:
+            raise errors.InvalidAttributeName(f"Unknown Attribute {name}.")
+    return fields
+
+
+def redrive_policy(value: str) -> dict[str, Any]:
+    """RedrivePolicy's JSON → (max_receive_count, dead_letter_target_arn); "" removes it."""
+    if value == "":
+        return {"max_receive_count": None, "dead_letter_target_arn": ""}
+    reason = None
+    try:
+        policy = json.loads(value)
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict) or set(policy) - {"maxReceiveCount", "deadLetterTargetArn"}:
+        reason = "Redrive policy is not a JSON map of deadLetterTargetArn and maxReceiveCount."
+        policy = {}
+    count, arn = policy.get("maxReceiveCount"), policy.get("deadLetterTargetArn")
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if not reason and (type(count) is not int or not 1 <= count <= limits.MAX_RECEIVE_COUNT):
+        reason = (
+            f"Value for maxReceiveCount must be an integer from 1 to {limits.MAX_RECEIVE_COUNT}."
+        )
+    if not reason and (not isinstance(arn, str) or not arn or len(arn) > 256):
+        reason = "Value for deadLetterTargetArn must be an ARN."
+    if reason:
+        raise errors.InvalidAttributeValue(
+            f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}"
+        )
+    return {"max_receive_count": count, "dead_letter_target_arn": arn}
+
+
+def wanted(names: list[str]) -> list[str]:
+    """The attribute names a GetQueueAttributes asks for, "All" expanded; unknown names refused."""
+    found: list[str] = []
+    for name in names:
+        if name == "All":
+            found += REPORTED
+        elif name in REPORTED:
+            found.append(name)
+        elif name not in NOT_OFFERED:
+            raise errors.InvalidAttributeName(f"Unknown Attribute {name}.")
+    return list(dict.fromkeys(found))
+
+
+def report(queue: SqsQueue, names: list[str], gauges: dict[str, int]) -> dict[str, str]:
+    """The attributes `names` (already `wanted`) of a queue; its gauges are per-state counts."""
+    values: dict[str, str] = {
+        "ApproximateNumberOfMessages": str(gauges.get("ready", 0)),
+        "ApproximateNumberOfMessagesNotVisible": str(gauges.get("handed_out", 0)),
+        "ApproximateNumberOfMessagesDelayed": str(gauges.get("delayed", 0)),
+        "CreatedTimestamp": str(int(queue.created_at.timestamp())),
+        "LastModifiedTimestamp": str(int(queue.updated_at.timestamp())),
+        "QueueArn": limits.ARN_PREFIX + queue.name,
+    }
+    for name, (field, *_) in limits.QUEUE_NUMBERS.items():
+        values[name] = str(getattr(queue, field))
+    if queue.max_receive_count is not None:
+        policy = {
+            "deadLetterTargetArn": queue.dead_letter_target_arn,
+            "maxReceiveCount": queue.max_receive_count,
+        }
+        values["RedrivePolicy"] = json.dumps(policy, separators=(",", ":"))
+    return {name: values[name] for name in names if name in values}
+
+
+def differing(queue: SqsQueue, fields: dict[str, Any]) -> str | None:
+    """The first field whose asked-for value is not the queue's, as its attribute name."""
+    names = {field: name for name, (field, *_) in limits.QUEUE_NUMBERS.items()}
+    for field, value in fields.items():
+        if getattr(queue, field) != value:
+            return names.get(field, "RedrivePolicy")
+    return None

@@ -1,0 +1,176 @@
+"""Queue actions. An SQS queue is a broker queue with an SqsQueue row of attributes; a broker queue
+that has live tasks but no row yet gets one (default attributes) the first time SQS names it."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.db import transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from broker import queue
+from broker.models import CounterDelta, QueueCounter, SqsQueue
+from broker.sqs import errors, limits, params, queueattrs
+from broker.sqs.params import Call
+from contract.limits import QUEUE_RE
+
+# SQS's queue name rule within the broker's: no "." (a ".fifo" suffix would make it FIFO).
+_NEW_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NO_QUEUE = "The specified queue does not exist."
+
+
+def queue_url(call: Call, name: str) -> str:
+    """The URL of a queue as this client reaches the broker."""
+    return f"{call.base_url}{limits.PATH}/{name}"
+
+
+def name_in_url(url: str) -> str:
+    """The queue a QueueUrl names: its last path segment (the host is not checked)."""
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        path = ""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if not name:
+        raise errors.InvalidAddress(f"The address {url} is not valid for this endpoint.")
+    return name
+
+
+def find(name: str) -> SqsQueue | None:
+    """The queue's row; made with default attributes for a broker queue with live tasks."""
+    if not QUEUE_RE.fullmatch(name):
+        return None
+    found = SqsQueue.objects.filter(name=name).first()
+    if found is None and _has_live_tasks(name):
+        now = timezone.now()
+        found, _ = SqsQueue.objects.get_or_create(
+            name=name, defaults={"created_at": now, "updated_at": now}
+        )
+    return found
+
+
+def _has_live_tasks(name: str) -> bool:
+    # A queue's counts are the sum over its counter rows and deferred deltas (either may be <0).
+    live = Sum(F("ready") + F("handed_out") + F("delayed"))
+    total = sum(
+        model.objects.filter(queue=name).aggregate(n=live)["n"] or 0
+        for model in (QueueCounter, CounterDelta)
+    )
+    return total > 0
+
+
+def resolve(call: Call) -> SqsQueue:
+    """The queue of an action's QueueUrl (or of the queue URL it was posted to)."""
+    if "QueueUrl" in call.body or call.path_queue is None:
+        name = name_in_url(params.text(call.body, "QueueUrl"))
+    else:
+        name = call.path_queue
+    found = find(name)
+    if found is None:
+        raise errors.QueueDoesNotExist(_NO_QUEUE)
+    return found
+
+
+def create_queue(call: Call) -> dict[str, Any]:
+    """CreateQueue: a new queue's row, or the URL of an existing one with the same attributes."""
+    name = params.text(call.body, "QueueName")
+    fields = queueattrs.settings_from(params.string_map(call.body, "Attributes"))
+    if name.endswith(".fifo"):
+        raise errors.UnsupportedOperation(queueattrs.FIFO_REFUSED)
+    if not _NEW_NAME.fullmatch(name):
+        raise errors.InvalidParameterValue(
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 64 in length"
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        found, created = SqsQueue.objects.select_for_update().get_or_create(
+            name=name, defaults={**fields, "created_at": now, "updated_at": now}
+        )
+        clash = None if created else queueattrs.differing(found, fields)
+        if clash:
+            raise errors.QueueNameExists(
+                f"A queue already exists with the same name and a different value for "
+                f"attribute {clash}"
+            )
+    if created and "max_receive_count" in fields:
+        queue.limit_receives(name, fields["max_receive_count"])
+    return {"QueueUrl": queue_url(call, name)}
+
+
+def get_queue_url(call: Call) -> dict[str, Any]:
+    """GetQueueUrl."""
+    name = params.text(call.body, "QueueName")
+    if find(name) is None:
+        raise errors.QueueDoesNotExist(_NO_QUEUE)
+    return {"QueueUrl": queue_url(call, name)}
+
+
+def list_queues(call: Call) -> dict[str, Any]:
+    """ListQueues: SQS queues and broker queues with live tasks, by name, paged by NextToken."""
+    prefix = call.body.get("QueueNamePrefix") or ""
+    if not isinstance(prefix, str):
+        raise errors.InvalidParameterValue("Value for parameter QueueNamePrefix must be a string.")
+    most = params.integer(call.body, "MaxResults", 1, limits.MAX_LIST_RESULTS, 0)
+    after = _token_name(call.body.get("NextToken"))
+    live = {n for n, g in queue.stats()["queues"].items() if g["ready"] + g["handed_out"]
+            + g["delayed"]}  # fmt: skip
+    names = sorted(
+        n for n in {*SqsQueue.objects.values_list("name", flat=True), *live}
+        if n.startswith(prefix) and n > after
+    )  # fmt: skip
+    page = names[: most or limits.MAX_LIST_RESULTS]
+    answer: dict[str, Any] = {}
+    if page:
+        answer["QueueUrls"] = [queue_url(call, n) for n in page]
+    if most and len(names) > len(page):
+        answer["NextToken"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
+    return answer
+
+
+def _token_name(token: Any) -> str:
+    if token in (None, ""):
+        return ""
+    try:
+        return base64.urlsafe_b64decode(str(token).encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise errors.InvalidParameterValue("Invalid NextToken value.") from None
+
+
+def get_queue_attributes(call: Call) -> dict[str, Any]:
+    """GetQueueAttributes; the message counts are the broker's per-queue gauges."""
+    found = resolve(call)
+    names = queueattrs.wanted(params.names(call.body, "AttributeNames"))
+    if not names:
+        return {}
+    gauges = queue.stats()["queues"].get(found.name, {})
+    return {"Attributes": queueattrs.report(found, names, gauges)}
+
+
+def set_queue_attributes(call: Call) -> dict[str, Any]:
+    """SetQueueAttributes; a new RedrivePolicy applies to the messages already in the queue."""
+    found = resolve(call)
+    fields = queueattrs.settings_from(params.string_map(call.body, "Attributes"))
+    if fields:
+        SqsQueue.objects.filter(name=found.name).update(**fields, updated_at=timezone.now())
+    if "max_receive_count" in fields and fields["max_receive_count"] != found.max_receive_count:
+        queue.limit_receives(found.name, fields["max_receive_count"])
+    return {}
+
+
+def purge_queue(call: Call) -> dict[str, Any]:
+    """PurgeQueue: the queue's live messages are cancelled (its dead ones stay in the DLQ)."""
+    queue.cancel_queue(resolve(call).name)
+    return {}
+
+
+def delete_queue(call: Call) -> dict[str, Any]:
+    """DeleteQueue: the live messages are cancelled and the attributes forgotten."""
+    found = resolve(call)
+    queue.cancel_queue(found.name)
+    SqsQueue.objects.filter(name=found.name).delete()
+    return {}

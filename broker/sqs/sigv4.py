@@ -1,0 +1,144 @@
+"""AWS Signature Version 4: the canonical request rebuilt from what arrived, checked in constant
+time against the signature made with the key's secret; SQS's refusals otherwise."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from functools import lru_cache
+from urllib.parse import parse_qsl, quote
+
+from django.http import HttpRequest
+
+from broker.sqs import errors, limits
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
+_FIELDS = re.compile(r"\s*(Credential|SignedHeaders|Signature)=([^,\s]*)\s*(?:,|$)")
+_MISMATCH = (
+    "The request signature we calculated does not match the signature you provided. Check your "
+    "AWS Secret Access Key and signing method."
+)
+
+
+def verify(request: HttpRequest, body: bytes, credentials: dict[str, str], now: datetime) -> str:
+    """The access key id that signed `request`; raises SQS's 403 errors when none did."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not header.startswith(ALGORITHM + " "):
+        raise errors.MissingAuthenticationToken("Request is missing Authentication Token")
+    fields = dict(_FIELDS.findall(header[len(ALGORITHM) + 1 :]))
+    scope = fields.get("Credential", "").split("/")
+    signed = fields.get("SignedHeaders", "")
+    if len(scope) != 5 or scope[4] != "aws4_request" or not signed or not fields.get("Signature"):
+        raise errors.SignatureDoesNotMatch(f"Authorization header is malformed: {header[:200]}")
+    key_id, day, region, service, _ = scope
+    secret = credentials.get(key_id)
+    if secret is None:
+        raise errors.InvalidClientTokenId("The security token included in the request is invalid.")
+    stamp = _checked_date(request, day, now)
+    names = signed.split(";")
+    if "host" not in names:
+        raise errors.SignatureDoesNotMatch("The host header must be signed.")
+    payload_hash = hashlib.sha256(body).hexdigest()
+    declared = request.META.get("HTTP_X_AMZ_CONTENT_SHA256")
+    if declared is not None and declared != payload_hash:
+        # Signed or not, a declared hash that is not the body's would let the body be swapped.
+        raise errors.SignatureDoesNotMatch("X-Amz-Content-Sha256 is not the SHA-256 of the body.")
+    canonical = canonical_request(request, names, payload_hash)
+    scope_text = "/".join(scope[1:])
+    to_sign = "\n".join(
+        (ALGORITHM, stamp, scope_text, hashlib.sha256(canonical.encode()).hexdigest())
+    )
+    key = signing_key(secret, day, region, service)
+    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), fields["Signature"].encode()):
+        raise errors.SignatureDoesNotMatch(_MISMATCH)
+    return key_id
+
+
+def _checked_date(request: HttpRequest, day: str, now: datetime) -> str:
+    """X-Amz-Date (or, without it, Date): of the scope's day, within 15 minutes of our clock."""
+    stamp = request.META.get("HTTP_X_AMZ_DATE", "")
+    try:
+        if stamp or "HTTP_DATE" not in request.META:
+            signed_at = datetime.strptime(stamp, _DATE_FORMAT).replace(tzinfo=UTC)
+        else:
+            signed_at = parsedate_to_datetime(request.META["HTTP_DATE"]).astimezone(UTC)
+            stamp = signed_at.strftime(_DATE_FORMAT)
+    except (ValueError, TypeError):
+        raise errors.SignatureDoesNotMatch(
+            "X-Amz-Date (or Date) is missing or not a date."
+        ) from None
+    if stamp[:8] != day:
+        raise errors.SignatureDoesNotMatch("The credential scope's date is not X-Amz-Date's.")
+    skew = timedelta(seconds=limits.SIGNATURE_SKEW_S)
+    if signed_at < now - skew:
+        raise errors.SignatureDoesNotMatch(
+            f"Signature expired: {stamp} is now earlier than {(now - skew).strftime(_DATE_FORMAT)}"
+            f" ({now.strftime(_DATE_FORMAT)} - 15 min.)"
+        )
+    if signed_at > now + skew:
+        raise errors.SignatureDoesNotMatch(
+            f"Signature not yet current: {stamp} is still later than "
+            f"{(now + skew).strftime(_DATE_FORMAT)} ({now.strftime(_DATE_FORMAT)} + 15 min.)"
+        )
+    return stamp
+
+
+def canonical_request(request: HttpRequest, names: list[str], payload_hash: str) -> str:
+    """SigV4's canonical request of what arrived: the path as sent, the headers as received
+    (the Host the client used, whatever port or proxy is in between)."""
+    headers = "".join(f"{name}:{_header(request, name)}\n" for name in names)
+    return "\n".join(
+        (
+            request.method or "",
+            canonical_path(request),
+            canonical_query(request.META.get("QUERY_STRING", "")),
+            headers,
+            ";".join(names),
+            payload_hash,
+        )
+    )
+
+
+def canonical_path(request: HttpRequest) -> str:
+    """The path as the client sent it (gunicorn's RAW_URI), without dot segments or repeated
+    slashes (RFC 3986 5.2.4, as AWS's signers do), encoded once more."""
+    raw = request.META.get("RAW_URI") or quote(request.path_info, safe="/~")
+    path = raw.split("?", 1)[0]
+    kept: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment and segment != ".":
+            kept.append(segment)
+    lead = "/" if path.startswith("/") else ""
+    trail = "/" if path.endswith("/") and kept else ""
+    return quote(lead + "/".join(kept) + trail, safe="/~") or "/"
+
+
+def canonical_query(query: str) -> str:
+    """Each name and value encoded, sorted."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    return "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(pairs))
+
+
+def _header(request: HttpRequest, name: str) -> str:
+    if name in ("content-type", "content-length"):
+        key = name.upper().replace("-", "_")
+    else:
+        key = "HTTP_" + name.upper().replace("-", "_")
+    return " ".join(str(request.META.get(key, "")).split())
+
+
+@lru_cache(maxsize=256)
+def signing_key(secret: str, day: str, region: str, service: str) -> bytes:
+    """The key derived for one day, region and service (cached: it changes once a day)."""
+    key = ("AWS4" + secret).encode()
+    for part in (day, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return key

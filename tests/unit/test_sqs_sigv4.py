@@ -1,0 +1,159 @@
+"""Signature V4 verification: AWS's published vector, and requests signed by botocore itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from django.test import RequestFactory
+
+from broker.sqs import errors, sigv4
+
+KEY, SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+BODY = b'{"QueueName": "q"}'
+
+
+def test_verify__aws_get_vanilla_vector__accepted() -> None:
+    # AWS's SigV4 test suite, "get-vanilla": the signature AWS published for this request.
+    signature = "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+    request = RequestFactory().get(
+        "/",
+        HTTP_HOST="example.amazonaws.com",
+        HTTP_X_AMZ_DATE="20150830T123600Z",
+        HTTP_AUTHORIZATION=(
+            f"AWS4-HMAC-SHA256 Credential={KEY}/20150830/us-east-1/service/aws4_request, "
+            f"SignedHeaders=host;x-amz-date, Signature={signature}"
+        ),
+    )
+    at = datetime(2015, 8, 30, 12, 36, tzinfo=UTC)
+    assert sigv4.verify(request, b"", {KEY: SECRET}, at) == KEY
+
+
+def _signed(
+    secret: str = SECRET,
+    key: str = KEY,
+    url: str = "http://127.0.0.1:8080/sqs",
+    at: datetime | None = None,
+    body: bytes = BODY,
+) -> dict[str, str]:
+    """The headers botocore's own SigV4 signer puts on an SQS request."""
+    request = AWSRequest(
+        method="POST",
+        url=url,
+        data=body,
+        headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.X"},
+    )
+    signer = SigV4Auth(Credentials(key, secret), "sqs", "eu-west-3")
+    if at is not None:
+        import botocore.auth
+
+        real = botocore.auth.get_current_datetime
+        botocore.auth.get_current_datetime = lambda: at.replace(tzinfo=None)
+        try:
+            signer.add_auth(request)
+        finally:
+            botocore.auth.get_current_datetime = real
+    else:
+        signer.add_auth(request)
+    return dict(request.headers.items())
+
+
+def _request(headers: dict[str, str], path: str = "/sqs", body: bytes = BODY, query: str = ""):
+    meta = {
+        "HTTP_" + k.upper().replace("-", "_"): v
+        for k, v in headers.items()
+        if k.lower() not in ("content-type", "content-length")
+    }
+    meta["HTTP_HOST"] = headers.get("host", "127.0.0.1:8080")
+    url = path + (f"?{query}" if query else "")
+    return RequestFactory().post(url, data=body, content_type=headers["Content-Type"], **meta)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def test_verify__botocore_signed__key_id() -> None:
+    assert sigv4.verify(_request(_signed()), BODY, {KEY: SECRET}, _now()) == KEY
+
+
+def test_verify__queue_url_path_and_other_port__accepted() -> None:
+    headers = _signed(url="http://localhost:9999/sqs/my-queue")
+    request = _request({**headers, "host": "localhost:9999"}, path="/sqs/my-queue")
+    assert sigv4.verify(request, BODY, {KEY: SECRET}, _now()) == KEY
+
+
+def test_verify__unknown_key__invalid_client_token_id() -> None:
+    with pytest.raises(errors.InvalidClientTokenId):
+        sigv4.verify(_request(_signed(key="AKIDOTHER")), BODY, {KEY: SECRET}, _now())
+
+
+def test_verify__wrong_secret__signature_does_not_match() -> None:
+    with pytest.raises(errors.SignatureDoesNotMatch, match="does not match"):
+        sigv4.verify(_request(_signed(secret="wrong")), BODY, {KEY: SECRET}, _now())
+
+
+def test_verify__body_changed__signature_does_not_match() -> None:
+    changed = BODY.replace(b"q", b"r")
+    with pytest.raises(errors.SignatureDoesNotMatch):
+        sigv4.verify(_request(_signed(), body=changed), changed, {KEY: SECRET}, _now())
+
+
+def test_verify__host_changed__signature_does_not_match() -> None:
+    request = _request({**_signed(), "host": "127.0.0.1:8081"})
+    with pytest.raises(errors.SignatureDoesNotMatch):
+        sigv4.verify(request, BODY, {KEY: SECRET}, _now())
+
+
+@pytest.mark.parametrize("minutes", [-16, 16])
+def test_verify__date_beyond_15_minutes__signature_does_not_match(minutes: int) -> None:
+    at = _now() + timedelta(minutes=minutes)
+    with pytest.raises(errors.SignatureDoesNotMatch, match=r"Signature (expired|not yet)"):
+        sigv4.verify(_request(_signed(at=at)), BODY, {KEY: SECRET}, _now())
+
+
+def test_verify__date_within_15_minutes__accepted() -> None:
+    at = _now() - timedelta(minutes=14)
+    assert sigv4.verify(_request(_signed(at=at)), BODY, {KEY: SECRET}, _now()) == KEY
+
+
+@pytest.mark.parametrize("header", [None, "Bearer token", "AWS AKID:sig"])
+def test_verify__no_sigv4_header__missing_authentication_token(header: str | None) -> None:
+    headers = {k: v for k, v in _signed().items() if k != "Authorization"}
+    if header:
+        headers["Authorization"] = header
+    with pytest.raises(errors.MissingAuthenticationToken):
+        sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now())
+
+
+def test_verify__malformed_header__signature_does_not_match() -> None:
+    headers = {**_signed(), "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE"}
+    with pytest.raises(errors.SignatureDoesNotMatch):
+        sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now())
+
+
+def test_canonical_query__sorted_and_encoded() -> None:
+    assert sigv4.canonical_query("b=2&a=x y&a=1") == "a=1&a=x%20y&b=2"
+
+
+def test_verify__date_header_instead_of_x_amz_date__accepted() -> None:
+    # botocore signs with Date when the request already carries one.
+    request = AWSRequest(
+        method="POST",
+        url="http://127.0.0.1:8080/sqs",
+        data=BODY,
+        headers={"Content-Type": "application/x-amz-json-1.0", "Date": "x"},
+    )
+    SigV4Auth(Credentials(KEY, SECRET), "sqs", "us-east-1").add_auth(request)
+    headers = dict(request.headers.items())
+    assert "X-Amz-Date" not in headers
+    assert sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now()) == KEY
+
+
+def test_verify__declared_payload_hash_not_the_body__signature_does_not_match() -> None:
+    headers = {**_signed(), "X-Amz-Content-Sha256": "0" * 64}
+    with pytest.raises(errors.SignatureDoesNotMatch, match="X-Amz-Content-Sha256"):
+        sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now())
