@@ -10,7 +10,7 @@ from django.db import transaction
 
 from broker import queue
 from broker.exceptions import BrokerError
-from broker.models import CounterDelta, Queue, QueueCounter
+from broker.models import CounterDelta, Queue, QueueCounter, SqsQueue
 from broker.queue import restricted
 from broker.queue.base import current_time
 from broker.queue.counters import LEGACY_QUEUE
@@ -55,8 +55,9 @@ def name_problems(name: str) -> dict[str, list[str]]:
 
 
 def names() -> list[str]:
-    """Every queue a task or a setting ever named."""
+    """Every queue a task or a setting ever named (an SQS CreateQueue names one too)."""
     found = set(Queue.objects.values_list("name", flat=True))
+    found.update(SqsQueue.objects.values_list("name", flat=True))
     found.update(QueueCounter.objects.values_list("queue", flat=True).distinct())
     found.update(CounterDelta.objects.values_list("queue", flat=True).distinct())
     found.discard(LEGACY_QUEUE)
@@ -83,15 +84,17 @@ def describe_all() -> list[dict[str, Any]]:
 def describe(name: str) -> dict[str, Any]:
     """One queue as <queue>. Raises QueueNotFound for a name nothing ever used."""
     row = Queue.objects.filter(name=name).first()
-    if row is None and not _named_by_tasks(name):
+    if row is None and not _named(name):
         raise QueueNotFound()
     return _shape(name, row, queue.stats()["queues"].get(name, {}))
 
 
-def _named_by_tasks(name: str) -> bool:
+def _named(name: str) -> bool:
+    """Whether a task (its counter rows) or an SQS CreateQueue named the queue."""
     return name != LEGACY_QUEUE and (
         QueueCounter.objects.filter(queue=name).exists()
         or CounterDelta.objects.filter(queue=name).exists()
+        or SqsQueue.objects.filter(name=name).exists()
     )
 
 

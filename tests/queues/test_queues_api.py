@@ -133,3 +133,14 @@ def test_queues__post_not_allowed__405_json(api_client) -> None:
     r = api_client.post("/queues/q", {}, format="json")
     assert r.status_code == 405
     assert "error" in r.json()
+
+
+def test_queues__created_over_sqs__listed_before_its_first_message(api_client) -> None:
+    from django.utils import timezone
+
+    from broker.models import SqsQueue
+
+    now = timezone.now()
+    SqsQueue.objects.create(name="orders", created_at=now, updated_at=now)
+    assert api_client.get("/queues").json()["results"] == [{"name": "orders", **PLAIN, **EMPTY}]
+    assert api_client.get("/queues/orders").status_code == 200
