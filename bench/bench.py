@@ -1,4 +1,5 @@
-"""make bench: the broker's throughput and wake-up latency on a fresh PostgreSQL database.
+"""make bench: per-task CPU in-process (bench/inprocess.py), then the broker's throughput and
+wake-up latency on a fresh PostgreSQL database.
 
 Starts gunicorn from gunicorn.conf.py (plus a second broker process for the cross-process wake test)
 and the sweeper, then measures with http.client (one keep-alive connection per thread) and prints a
@@ -186,7 +187,43 @@ def checkpoint(conn: psycopg.Connection) -> None:
     conn.execute("CHECKPOINT")
 
 
+def inprocess(cycles: int = 1000) -> dict[str, float]:
+    """bench/inprocess.py's CPU per task (the WSGI app called in-process: the stable figure)."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "inprocess.py"), "--cycles", str(cycles)],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    figures = {}
+    for line in run.stdout.splitlines():
+        name, cpu_ms, *_ = line.split()
+        figures[f"inprocess_{name}_cpu_ms_per_task"] = float(cpu_ms)
+    return figures
+
+
+def claim_beside_backlog(dsn: str, port: int, backlog: int) -> float:
+    """Median ms of a claim on two empty queues while `backlog` tasks wait in another queue."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO broker_task (state, queue, priority, payload, attempts, max_attempts,
+                   available_at, created_at, updated_at)
+               SELECT 'ready', 'backlog', 1, '{}', 0, 3, now(), now(), now()
+               FROM generate_series(1, %s)""",
+            [backlog],
+        )
+        conn.execute("VACUUM ANALYZE broker_task")
+        checkpoint(conn)
+    client = Conn(port)
+    times = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        status, _ = client.call("GET", "/jobs/next?wait_ms=0&queue=empty_a,empty_b")
+        times.append((time.perf_counter() - t0) * 1000)
+        assert status == 204, status
+    return statistics.median(times)
+
+
 def main() -> None:
+    results: dict[str, object] = dict(inprocess())
     name = f"bench_broker_{int(time.time())}"
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -203,7 +240,7 @@ def main() -> None:
               out / "gunicorn-b.log"),
         start([sys.executable, "manage.py", "runsweeper"], env, out / "sweeper.log"),
     ]
-    results: dict[str, object] = {"n": N, "bulk_n": BULK_N, "finished_rows": FINISHED_ROWS}
+    results.update(n=N, bulk_n=BULK_N, finished_rows=FINISHED_ROWS)
     try:
         wait_healthy(port)
         wait_healthy(port_b)
@@ -223,6 +260,9 @@ def main() -> None:
             results["drain_single_1m_finished_per_s"] / results["drain_single_per_s"], 2
         )
         results["rss_mb_after"] = round(rss_mb(procs[0]), 1)
+        results["claim_2_empty_queues_beside_300k_ready_ms"] = round(
+            claim_beside_backlog(dsn, port, 300_000), 2
+        )
     finally:
         for p in procs:
             os.killpg(p.pid, signal.SIGINT)

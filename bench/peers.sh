@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-peers: our broker and the peers (Celery, PGQueuer, Procrastinate) measured by the
 # shared harness (../shared/peers-bench) in one run on this machine, so the ratios compare.
-# ONLY=regex picks peers (default: the goals' peers); ROUNDS=3; BENCH_N=5000.
+# ONLY=regex picks peers (default: the goals' peers: Celery prefork and threads, PGQueuer);
+# ROUNDS=3; BENCH_N=5000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,7 +30,7 @@ trap cleanup EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.2; done
 
 BENCH_BROKER_URL=http://127.0.0.1:$PORT BENCH_BROKER_PROJECT=$ROOT BENCH_BROKER_PYTHON=$ROOT/.venv/bin/python \
-ONLY=${ONLY:-'broker|celery_peer.py threads|pgqueuer_peer.py unlimited|procrastinate'} \
+ONLY=${ONLY:-'broker|celery_peer.py|pgqueuer_peer.py unlimited'} \
   "$WORK/run_all.sh"
 mkdir -p bench-out
 cp "$WORK/out/table.md" bench-out/peers-table.md

@@ -206,5 +206,5 @@ class BrokerBackend(BaseTaskBackend):
                 yield checks.Error(
                     f"TASKS[{self.alias!r}] QUEUES: {name!r} is not a broker queue name",
                     hint=f"Queue names match {QUEUE_RULE}.",
-                    id="broker.E001",
+                    id="broker.E002",
                 )

@@ -21,6 +21,9 @@ NO_ERROR_GIVEN = "nacked without an error message"
 # on requeue, a task's errors stay bounded. Answers cut them shorter still (api/listing.py).
 MAX_KEPT_ERROR_CHARS = 65_536
 TRUNCATED = " [truncated]"
+# Errors kept per task once it is requeued (attempts start again from 0, so the history would grow
+# by up to max_attempts errors per round), or while it has unlimited attempts: the newest.
+MAX_KEPT_ERRORS = 100
 
 
 @dataclass(frozen=True, slots=True)

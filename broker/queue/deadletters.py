@@ -11,14 +11,11 @@ from broker import observe
 from broker.exceptions import InvalidTransition, NotInDeadLetterQueue, TaskNotFound
 from broker.models import Task
 from broker.queue import counters, restricted
-from broker.queue.base import current_time
+from broker.queue.base import MAX_KEPT_ERRORS, current_time
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
 
 _BATCH = 1000
-# Errors kept per task once it is requeued: attempts start again from 0, the history would grow
-# by up to max_attempts errors per round; the newest are kept.
-MAX_KEPT_ERRORS = 100
 
 
 def cancel(task_id: int) -> None:

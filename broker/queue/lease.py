@@ -18,6 +18,7 @@ from broker.exceptions import LeaseMismatch, TaskNotHeld
 from broker.models import Task, TaskError
 from broker.queue import counters, restricted, sql
 from broker.queue.base import (
+    MAX_KEPT_ERRORS,
     ClaimedTask,
     Delivery,
     Outcome,
@@ -31,6 +32,7 @@ from broker.queue.base import (
     shard,
     storable,
 )
+from broker.queue.deadletters import trim_errors
 from broker.states import TRANSITIONS, State
 
 _HANDED_OUT = TRANSITIONS["claim"][1]
@@ -240,6 +242,10 @@ def _settle_generic(
         if updates:
             write_settled(updates, now)
             TaskError.objects.bulk_create(errors)
+            endless = [pk for pk, *_ in nacks if pk in done and held[pk][3] is None
+                       and held[pk][2] > MAX_KEPT_ERRORS]
+            if endless:
+                trim_errors(endless)  # as sql.SETTLE does: no DLQ requeue will ever trim them
             deltas = counters.count_moves(_SETTLE_EVENTS, moves)
             for queue, change in histogram.items():
                 deltas[queue].update(change)

@@ -13,9 +13,16 @@ from broker import observe
 from broker.exceptions import LeaseMismatch, TaskNotHeld
 from broker.models import Task, TaskError
 from broker.queue import counters
-from broker.queue.base import Outcome, current_time, retries_left, retry_delay, storable
+from broker.queue.base import (
+    MAX_KEPT_ERRORS,
+    Outcome,
+    current_time,
+    retries_left,
+    retry_delay,
+    storable,
+)
 from broker.queue.counters import Move
-from broker.queue.deadletters import MAX_KEPT_ERRORS, trim_errors
+from broker.queue.deadletters import trim_errors
 from broker.queue.lease import write_settled
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce

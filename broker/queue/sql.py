@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from broker.models import COUNTER_COLUMNS, DURATION_BUCKETS, Task
-from broker.queue.base import API_TIME_SQL
+from broker.queue.base import API_TIME_SQL, MAX_KEPT_ERRORS
 from broker.states import GAUGE_STATES, TRANSITIONS
 from broker.wakeup import CHANNEL
 
@@ -401,9 +401,19 @@ def _settle(acks: bool, nacks: bool) -> str:
         else ""
     )
     events = ("ack",) * acks + ("nack_retry", "nack_bury") * nacks
+    # A task with unlimited attempts (max_attempts NULL) never reaches the DLQ, where a requeue
+    # would trim its history: its nacks keep the newest errors only (this one is not yet visible
+    # to the DELETE, hence one fewer).
     errors = (
         "), errors AS (INSERT INTO broker_taskerror (task_id, attempt, at, error)"
-        " SELECT id, attempts, %(now)s, body FROM moved WHERE kind = 'nack'" if nacks else ""
+        " SELECT id, attempts, %(now)s, body FROM moved WHERE kind = 'nack'"
+        "), trimmed AS (DELETE FROM broker_taskerror WHERE id IN (SELECT id FROM ("
+        " SELECT e.id, row_number() OVER (PARTITION BY e.task_id ORDER BY e.id DESC) AS r"
+        " FROM broker_taskerror e JOIN moved m ON e.task_id = m.id WHERE m.kind = 'nack'"
+        f" AND m.max_attempts IS NULL AND m.attempts > {MAX_KEPT_ERRORS}) AS x"
+        f" WHERE r > {MAX_KEPT_ERRORS - 1})"
+        if nacks
+        else ""
     )
     return (
         f"WITH items AS ({items}"
@@ -419,7 +429,8 @@ def _settle(acks: bool, nacks: bool) -> str:
         f" available_at = {available},"
         " lease_id = NULL, lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
         " FROM picked p WHERE t.id = p.id"
-        " RETURNING t.id, t.queue, t.attempts, p.pos, p.kind, p.body, 'handed_out'::text AS o,"
+        " RETURNING t.id, t.queue, t.attempts, t.max_attempts, p.pos, p.kind, p.body,"
+        " 'handed_out'::text AS o,"
         f" t.state AS n, {bucket('extract(epoch FROM %(now)s - p.claimed_at)')} AS b,"
         " greatest((extract(epoch FROM %(now)s - p.claimed_at) * 1000000)::bigint, 0) AS us"
         f"{errors}"

@@ -173,3 +173,13 @@ def test_nack__huge_error__kept_bounded_with_its_start(enqueue_task, claim_one) 
     assert len(kept) == 65_536 and kept.startswith("myapp.Boom\nxxx")
     assert kept.endswith(" [truncated]")
     assert TaskError.objects.get(task_id=pk).error == kept
+
+
+def test_nack__unlimited_attempts__newest_100_errors_kept(enqueue_task, claim_one) -> None:
+    pk = enqueue_task(max_attempts=None, backoff=False)  # an SQS message without a redrive policy
+    for attempt in range(1, 151):
+        queue.nack(pk, lease_id=claim_one().lease_id, error=f"a{attempt}")
+        assert queue.promote_delayed() == 1
+    kept = list(TaskError.objects.filter(task_id=pk).order_by("id").values_list("error", flat=True))
+    assert kept == [f"a{n}" for n in range(51, 151)]
+    assert Task.objects.get(pk=pk).state == State.READY
