@@ -19,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
-from broker import queue
+from broker import queue, waiting
 from broker.admin_lists import EstimatedCountPaginator, QueueFilter, TaskChangeList, TypeFilter
 from broker.exceptions import TaskNotFound
 from broker.models import DeadTask, Task
@@ -93,7 +93,7 @@ class TaskAdmin(admin.ModelAdmin):
     queue_choices_from: tuple[tuple[str, ...], bool] = (tuple(GAUGE_STATES), True)
     fieldsets = (
         (None, {"fields": (
-            "id", "state", "queue", "type", "priority_name", "attempts_of_max",
+            "id", "state", "waiting_now", "queue", "type", "priority_name", "attempts_of_max",
             "idempotency_key", "last_error",
         )}),
         ("Times and lease", {"fields": (
@@ -158,6 +158,18 @@ class TaskAdmin(admin.ModelAdmin):
     last_update = _time_field("updated_at", "updated")
     claimed = _time_field("claimed_at", "claimed at")
     lease_until = _time_field("lease_deadline", "lease deadline")
+
+    @admin.display(description="waiting")
+    def waiting_now(self, task: Task) -> str:
+        """Why it is not running: the same explanation as GET /jobs/{id}'s `waiting`."""
+        shown = waiting.explain(task.pk) if task.state in (State.READY, State.DELAYED) else None
+        if shown is None:
+            return EMPTY
+        extra = shown.get("until") or (f"{shown['ahead']} ahead" if "ahead" in shown else "")
+        return format_html(
+            '<b class="broker-waiting">{}</b> {}{}', shown["reason"], shown["detail"],
+            f" ({extra})" if extra and extra not in shown["detail"] else "",
+        )  # fmt: skip
 
     @admin.display(description="payload")
     def payload_pretty(self, task: Task) -> str:
@@ -361,3 +373,7 @@ def _posted_action(request: HttpRequest) -> str | None:
         return chosen[int(request.POST.get("index", 0))]
     except (ValueError, IndexError):
         return None
+
+
+# Queue settings and schedules: their own module, registered with the rest.
+from broker import admin_queues  # noqa: E402, F401

@@ -3,6 +3,7 @@ client goes away (a client that left is never handed a task: it would burn an at
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import time
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from django.db import connection
 
 from broker import queue
+from broker.claimers import claim_log
 from broker.queue import Delivery
 from broker.wakeup import hub
 
@@ -62,6 +64,11 @@ def socket_gone(sock: socket.socket | None) -> Callable[[], bool]:
     return gone_by_peek
 
 
+def _look_again_at(retry_in: float | None) -> float:
+    """The monotonic time to claim again without a wake-up (infinity: only when woken)."""
+    return math.inf if retry_in is None else time.monotonic() + retry_in
+
+
 def claim_wait(
     queues: list[str] | None,
     *,
@@ -75,6 +82,7 @@ def claim_wait(
     deadline = time.monotonic() + wait_ms / 1000
     if gone():
         return []
+    claim_log.seen(queues)  # for `waiting`'s no_workers: memory only, written once a second
     # A busy queue answers at once, without the bookkeeping of parking.
     got = queue.claim(queues, lease_ms, limit, worker)
     if got or wait_ms <= 0:
@@ -94,20 +102,24 @@ def claim_wait(
             held = None  # the claim looked: whatever the wake announced, it was seen
             if got:
                 return got
+            look_again = _look_again_at(getattr(got, "retry_in", None))
             # Give the connection back (to the pool on PostgreSQL) for the whole wait; not when a
             # caller's transaction holds it (tests, transactional callers).
             if not connection.in_atomic_block:
                 connection.close()
             while True:
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     return []
+                if now >= look_again:
+                    break  # a rate limit's next token: no wake-up announces one
                 tick = (
                     GONE_CHECK_S
                     if hub.listening or connection.vendor != "postgresql"
                     else (DEGRADED_POLL_S)
                 )
-                if waiter.event.wait(min(remaining, tick)):
+                if waiter.event.wait(min(remaining, tick, max(look_again - now, 0))):
                     break
                 if gone():
                     return []

@@ -212,6 +212,70 @@ class DeadTask(Task):
         verbose_name_plural = "dead-letter queue"
 
 
+# -- queues, claimers, schedules: settings, not task state ---------------------------------------
+
+# A queue whose settings can hold back a claim: paused, or limited in flight or in rate. Raw SQL
+# (the claim statements, broker.queue.sql) spells the same condition.
+RESTRICTED = Q(paused=True) | Q(max_in_flight__isnull=False) | Q(rate_per_s__isnull=False)
+
+
+class Queue(models.Model):
+    """A queue's settings (broker.queues changes them). A queue without a row has none."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    paused = models.BooleanField(default=False)
+    max_in_flight = models.PositiveIntegerField("max in flight", null=True, blank=True)
+    rate_per_s = models.FloatField("rate (tasks/s)", null=True, blank=True)
+    # The rate limiter's token bucket, moved only by a claim holding this row's lock.
+    tokens = models.FloatField(default=0)
+    refilled_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClaimScope(models.Model):
+    """When a claim request last named this queue ("*": a claim from every queue)."""
+
+    scope = models.CharField(max_length=64, primary_key=True)
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"claims of {self.scope} seen {self.seen_at}"
+
+
+class Schedule(models.Model):
+    """A periodic task: at each due time the sweeper enqueues `job` (a POST /jobs body) once."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    cron = models.CharField(max_length=255, null=True, blank=True)
+    timezone = models.CharField(max_length=64, null=True, blank=True)
+    every_s = models.PositiveIntegerField(null=True, blank=True)
+    job = models.TextField()  # the enqueue body, JSON text, validated as POST /jobs validates
+    paused = models.BooleanField(default=False)
+    # Due times of `every_s` fall at anchored_at + k * every_s; set when the timing is set.
+    anchored_at = models.DateTimeField()
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_task_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            models.Index(
+                fields=["next_run_at"], condition=Q(paused=False), name="schedule_due_idx"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class SqsQueue(models.Model):
     """A queue's SQS attributes (broker/sqs), keyed by its name; its messages are plain tasks."""
 

@@ -1,5 +1,5 @@
 """One sweep: reclaim expired leases, promote delayed tasks that are due (which wakes claimers),
-and prune finished tasks older than BROKER_RETENTION."""
+fire the schedules that are due, and prune finished tasks older than BROKER_RETENTION."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from broker import queue
+from broker import queue, schedules
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ class Sweep:
     reclaimed: int
     promoted: int
     pruned: int = 0
+    fired: int = 0
 
 
 def sweep_once(batch: int = 500) -> Sweep:
@@ -35,13 +36,19 @@ def sweep_once(batch: int = 500) -> Sweep:
         promoted += n
         if n < batch * 2:
             break
-    # Counts made inside callers' transactions join the shared counter rows.
+    fired = 0
+    while (n := schedules.fire_due(limit=batch)) > 0:
+        fired += n
+        if n < batch:
+            break
+    # Counts made inside callers' transactions (schedules' enqueues too) join the shared rows.
     while queue.fold_deltas(limit=batch * 2) == batch * 2:
         pass
     pruned = prune(batch)
-    if reclaimed or promoted or pruned:
-        log.info("sweep: reclaimed %d, promoted %d, pruned %d", reclaimed, promoted, pruned)
-    return Sweep(reclaimed, promoted, pruned)
+    if reclaimed or promoted or pruned or fired:
+        log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %d schedules",
+                 reclaimed, promoted, pruned, fired)  # fmt: skip
+    return Sweep(reclaimed, promoted, pruned, fired)
 
 
 def prune(batch: int = 500, max_batches: int = PRUNE_BATCHES_PER_SWEEP) -> int:

@@ -49,6 +49,18 @@ DEFAULT_CLAIM = 1
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 
+# -- queue settings and schedules ---------------------------------------------------------------
+
+MAX_IN_FLIGHT = 1_000_000
+MAX_RATE_PER_S = 1_000_000
+MAX_SCHEDULE_NAME = 64
+SCHEDULE_NAME_RULE = f"[A-Za-z0-9_.-]{{1,{MAX_SCHEDULE_NAME}}}"
+SCHEDULE_NAME_RE = re.compile(SCHEDULE_NAME_RULE)
+MAX_EVERY_S = 366 * 24 * 3600
+MAX_CRON = 255
+# How recent a claim request must be for a queue to count as having workers (`no_workers`).
+WORKERS_SEEN_S = 60
+
 # -- task ids -----------------------------------------------------------------------------------
 
 # Decimal strings of a bigint key, as the broker gives them out: no sign, no leading zero.
@@ -107,6 +119,16 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
     ),
     ("limit", f"default {DEFAULT_PAGE_SIZE}, capped at {MAX_PAGE_SIZE}", "`GET /jobs`, `GET /dlq`"),
     ("task id", f"`{TASK_ID_PATTERN}`; anything else is a 404", "paths, cursors"),
+    ("max_in_flight", f"1 to {MAX_IN_FLIGHT}, or null (no cap)", "`PATCH /queues/{name}`"),
+    (
+        "rate_per_s",
+        f"a number above 0, at most {MAX_RATE_PER_S}, or null (no limit)",
+        "`PATCH /queues/{name}`",
+    ),
+    ("schedule name", f"`{SCHEDULE_NAME_RULE}`", "`POST /schedules`"),
+    ("every_s", f"1 to {MAX_EVERY_S} (366 days)", "`POST /schedules`"),
+    ("cron", f"5 fields, at most {MAX_CRON} characters, in `timezone` (default UTC)",
+     "`POST /schedules`"),
 )
 
 

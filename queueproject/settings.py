@@ -232,6 +232,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
 # SQLite has no notifications: each broker process looks for ready tasks this often while
 # claims are parked (one query per tick, however many are parked).
 BROKER_SQLITE_POLL_MS = env.int("BROKER_SQLITE_POLL_MS", default=50)
+# Claim requests are noted in memory and written once a second by a thread (broker.claimers);
+# in-process tests turn the thread off and write the notes themselves.
+BROKER_CLAIM_LOG_THREAD = env.bool("BROKER_CLAIM_LOG_THREAD", default=True)
 # LISTEN needs a session of its own: behind PgBouncer in transaction mode, point this at
 # PostgreSQL directly (or a session-mode pool). Empty: the listener uses DATABASE_URL.
 BROKER_LISTEN_DATABASE_URL = env.str("BROKER_LISTEN_DATABASE_URL", default="")

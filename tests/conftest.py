@@ -90,3 +90,25 @@ def _stop_wakeup_hub(django_db_setup: None) -> Any:
     from broker.wakeup import hub
 
     hub.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _claim_log_by_hand() -> Any:
+    """In-process tests write claim notes themselves (claim_log.flush()): a thread of its own
+    would write them outside the test's transaction, or into the next test."""
+    from django.conf import settings
+
+    settings.BROKER_CLAIM_LOG_THREAD = False
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_claim_hints() -> Any:
+    """A scope found restricted in one test is a hint only, but it changes the next test's
+    query count: each test starts without hints or unwritten claim notes."""
+    from broker.claimers import claim_log
+    from broker.queue import restricted
+
+    restricted.forget_hints()
+    claim_log.reset()
+    yield

@@ -41,7 +41,7 @@ from contract.limits import (
 )
 
 OPEN_OPERATIONS = {"health"}
-TAG_ORDER = ("jobs", "batch", "dead-letter queue", "observability")
+TAG_ORDER = ("jobs", "batch", "dead-letter queue", "queues", "schedules", "observability")
 
 
 def _answer(description: str, schema: Schema | None = None, **headers: Schema) -> Schema:
@@ -106,6 +106,9 @@ NOT_HELD = _error(TaskNotHeld().message)
 OTHER_LEASE = _error(LeaseMismatch().message)
 NO_TASK = _error(TaskNotFound().message)
 LOCATION = {"description": "`/jobs/{id}` of the task.", "schema": {"type": "string"}}
+QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": ref("QueueName")}
+SCHEDULE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+NO_SCHEDULE = _error("No such schedule.")
 
 
 def _op(op_id: str, summary: str, tag: str, responses: dict[int, Schema], **rest: Any) -> Schema:
@@ -163,8 +166,9 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
         ),
     },
     "broker.api.views.TaskView": {
-        "get": _op("get_job", "One task", "jobs",
-                   {200: _answer("The task.", ref("Task")), 404: NO_TASK},
+        "get": _op("get_job", "One task, and why it is waiting", "jobs",
+                   {200: _answer("The task; `waiting` is null unless it is ready or delayed.",
+                                 ref("OneTask")), 404: NO_TASK},
                    parameters=[TASK_ID]),
         "delete": _op(
             "cancel_job", "Cancel a ready, delayed or handed-out task", "jobs",
@@ -211,6 +215,44 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
                                   "same from every process; counters equal the /stats totals.",
                    "content": {"text/plain": {"schema": {"type": "string"}}}}},
         ),
+    },
+    "broker.api.operate.QueuesView": {
+        "get": _op("list_queues", "Every queue: settings and gauges", "queues",
+                   {200: _answer("Queues a task or a setting named, by name.", ref("Queues"))}),
+    },
+    "broker.api.operate.QueueView": {
+        "get": _op("get_queue", "One queue", "queues",
+                   {200: _answer("Its settings and gauges.", ref("Queue")),
+                    404: _error("No task and no setting ever named it.")},
+                   parameters=[QUEUE_NAME]),
+        "patch": _op(
+            "set_queue", "Pause, resume or limit a queue (a new name creates its settings)",
+            "queues", {200: _answer("The queue now.", ref("Queue")), 400: BAD_REQUEST},
+            parameters=[QUEUE_NAME], requestBody=_body(ref("QueueSettings"), required=True),
+        ),
+    },
+    "broker.api.operate.SchedulesView": {
+        "post": _op(
+            "create_schedule", "Create a schedule", "schedules",
+            {201: _answer("Created.", ref("Schedule")), 400: BAD_REQUEST,
+             409: _error("A schedule with this name exists.")},
+            requestBody=_body(ref("ScheduleRequest"), required=True),
+        ),
+        "get": _op("list_schedules", "Every schedule", "schedules",
+                   {200: _answer("By name.", ref("Schedules"))}),
+    },
+    "broker.api.operate.ScheduleView": {
+        "get": _op("get_schedule", "One schedule", "schedules",
+                   {200: _answer("The schedule.", ref("Schedule")), 404: NO_SCHEDULE},
+                   parameters=[SCHEDULE_NAME]),
+        "patch": _op(
+            "change_schedule", "Pause, resume, retime or change a schedule's job", "schedules",
+            {200: _answer("The schedule now.", ref("Schedule")), 400: BAD_REQUEST,
+             404: NO_SCHEDULE},
+            parameters=[SCHEDULE_NAME], requestBody=_body(ref("ScheduleChanges"), required=True),
+        ),
+        "delete": _op("delete_schedule", "Delete a schedule", "schedules",
+                      {204: _answer("Deleted."), 404: NO_SCHEDULE}, parameters=[SCHEDULE_NAME]),
     },
     "broker.api.batch.EnqueueBatchView": {
         "post": _op(

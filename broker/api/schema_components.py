@@ -86,6 +86,55 @@ _ENQUEUE_FIELDS: dict[str, Schema] = {
     },
 }
 
+_GAUGE_FIELDS: dict[str, Schema] = {state.value: _COUNT for state in GAUGE_STATES}
+_QUEUE_SETTINGS: dict[str, Schema] = {
+    "paused": {"type": "boolean", "description": "Claims take nothing from the queue."},
+    "max_in_flight": {
+        "type": "integer", "minimum": 1, "maximum": limits.MAX_IN_FLIGHT, "nullable": True,
+        "description": "At most this many of its tasks handed out at once, across processes.",
+    },
+    "rate_per_s": {
+        "type": "number", "exclusiveMinimum": True, "minimum": 0,
+        "maximum": limits.MAX_RATE_PER_S, "nullable": True,
+        "description": "At most this many claims a second; over T seconds at most "
+                       "rate_per_s x T + max(1, rate_per_s).",
+    },
+}  # fmt: skip
+_QUEUE_FIELDS: dict[str, Schema] = {
+    "name": ref("QueueName"),
+    **_QUEUE_SETTINGS,
+    **_GAUGE_FIELDS,
+}
+_REASON = {
+    "type": "string",
+    "enum": ["delayed", "retry_backoff", "queue_paused", "queue_full", "rate_limited",
+             "no_workers", "queued"],
+}  # fmt: skip
+_SCHEDULE_TIMING: dict[str, Schema] = {
+    "cron": {
+        "type": "string", "nullable": True, "maxLength": limits.MAX_CRON,
+        "description": "5 fields, in `timezone`; or give `every_s`.",
+    },
+    "timezone": {
+        "type": "string", "nullable": True,
+        "description": "An IANA time zone name (default UTC); cron schedules only.",
+    },
+    "every_s": {
+        "type": "integer", "minimum": 1, "maximum": limits.MAX_EVERY_S, "nullable": True,
+        "description": "Seconds between due times; or give `cron`.",
+    },
+}  # fmt: skip
+_SCHEDULE_NAME: Schema = {
+    "type": "string", "pattern": f"^{limits.SCHEDULE_NAME_RULE}$", "minLength": 1,
+    "maxLength": limits.MAX_SCHEDULE_NAME,
+}  # fmt: skip
+_SCHEDULE_CHANGES: dict[str, Schema] = {
+    **_SCHEDULE_TIMING,
+    "job": {**ref("EnqueueRequest"), "description": "A POST /jobs body, without an "
+            "idempotency_key: each due time enqueues a task of its own."},
+    "paused": {"type": "boolean"},
+}  # fmt: skip
+
 _SETTLE_ITEM_RESULT = _object(
     {
         "id": {"type": "string", "nullable": True},
@@ -141,6 +190,36 @@ COMPONENTS: dict[str, Schema] = {
     ),
     "ClaimedTask": _object(_CLAIMED_TASK_FIELDS, list(_CLAIMED_TASK_FIELDS)),
     "Task": _object(_LISTED_TASK_FIELDS, list(_LISTED_TASK_FIELDS)),
+    "OneTask": _object(
+        {**_LISTED_TASK_FIELDS, "waiting": {**ref("Waiting"), "nullable": True}},
+        [*_LISTED_TASK_FIELDS, "waiting"],
+    ),
+    "Waiting": _object(
+        {
+            "reason": _REASON,
+            "detail": {"type": "string", "description": "One human sentence."},
+            "until": {**_TIME, "description": "delayed, retry_backoff: when it becomes ready."},
+            "ahead": {**_COUNT, "description": "queued: ready tasks of its queue claimed first."},
+        },
+        ["reason", "detail"],
+    ),
+    "Queue": _object(_QUEUE_FIELDS, list(_QUEUE_FIELDS)),
+    "Queues": _object({"results": {"type": "array", "items": ref("Queue")}}, ["results"]),
+    "QueueSettings": _object(_QUEUE_SETTINGS, [], closed=True),
+    "Schedule": _object(
+        {
+            "name": _SCHEDULE_NAME,
+            **_SCHEDULE_CHANGES,
+            "next_run_at": _TIME_OR_NULL,
+            "last_run_at": _TIME_OR_NULL,
+            "last_task_id": _TEXT_OR_NULL,
+        },
+        ["name", *_SCHEDULE_CHANGES, "next_run_at", "last_run_at", "last_task_id"],
+    ),
+    "Schedules": _object({"results": {"type": "array", "items": ref("Schedule")}}, ["results"]),
+    "ScheduleRequest": _object({"name": _SCHEDULE_NAME, **_SCHEDULE_CHANGES}, ["name", "job"],
+                               closed=True),
+    "ScheduleChanges": _object(_SCHEDULE_CHANGES, [], closed=True),
     "TaskPage": _object(
         {
             "results": {"type": "array", "items": ref("Task")},
@@ -169,9 +248,7 @@ COMPONENTS: dict[str, Schema] = {
         [],
         closed=True,
     ),
-    "Gauges": _object(
-        {state.value: _COUNT for state in GAUGE_STATES}, [s.value for s in GAUGE_STATES]
-    ),
+    "Gauges": _object(_GAUGE_FIELDS, [s.value for s in GAUGE_STATES]),
     "Stats": _object(
         {
             **{state.value: _COUNT for state in GAUGE_STATES},

@@ -1,7 +1,7 @@
 """The API's routes, without trailing slashes as API.md writes them."""
 from django.urls import path
 
-from broker.api import batch, views
+from broker.api import batch, operate, views
 
 urlpatterns = [
     path("jobs/next", views.ClaimView.as_view()),
@@ -18,4 +18,8 @@ urlpatterns = [
     path("dlq", views.DeadLetterView.as_view()),
     path("dlq/<str:task_id>/requeue", views.RequeueView.as_view()),
     path("healthz", views.HealthView.as_view()),
+    path("queues", operate.QueuesView.as_view()),
+    path("queues/<str:name>", operate.QueueView.as_view()),
+    path("schedules", operate.SchedulesView.as_view()),
+    path("schedules/<str:name>", operate.ScheduleView.as_view()),
 ]

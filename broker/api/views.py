@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from broker import queue
+from broker import queue, waiting
 from broker.api import parsing
 from broker.api.base import BrokerView
 from broker.api.errors import error_body
@@ -16,8 +16,10 @@ from broker.api.representation import delivery, timestamp
 from broker.exceptions import DatabaseUnavailable, TaskNotFound
 from broker.longpoll import claim_wait, socket_gone
 from broker.models import Task
+from broker.states import State
 
 WORKER_HEADER = "HTTP_X_BROKER_WORKER"
+_WAITING_STATES = frozenset({State.READY, State.DELAYED})
 
 
 def _task_pk(raw: str) -> int:
@@ -124,7 +126,10 @@ class TaskView(BrokerView):
     def get(self, request: Request, task_id: str) -> Response:
         from broker.api.listing import one_task
 
-        return Response(one_task(_task_pk(task_id)))
+        pk = _task_pk(task_id)
+        body = one_task(pk)
+        body["waiting"] = waiting.explain(pk) if body["state"] in _WAITING_STATES else None
+        return Response(body)
 
     def delete(self, request: Request, task_id: str) -> Response:
         queue.cancel(_task_pk(task_id))

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from broker import queue
-from broker.models import Task
+from broker.models import RESTRICTED, Queue, Task
 from broker.states import Priority
 
 TOP_ERRORS = 5
@@ -75,6 +75,7 @@ def snapshot() -> dict[str, Any]:
         "now_ms": int(now.timestamp() * 1000),
         "gauges": overall,
         "queues": dict(sorted(per_queue.items())),
+        "queue_settings": queue_settings(),
         "totals": totals,
         "invariant": {
             "healthy": failed == settled,
@@ -84,6 +85,18 @@ def snapshot() -> dict[str, Any]:
         "oldest_ready_age_s": None if oldest is None else round((now - oldest).total_seconds(), 3),
         "top_errors": top_errors(),
     }
+
+
+def queue_settings() -> dict[str, dict[str, Any]]:
+    """The queues that are paused or limited, by name, with those settings."""
+    rows = Queue.objects.filter(RESTRICTED).order_by("name")
+    return {
+        row.name: {
+            "paused": row.paused, "max_in_flight": row.max_in_flight,
+            "rate_per_s": row.rate_per_s,
+        }
+        for row in rows
+    }  # fmt: skip
 
 
 def _oldest_ready() -> datetime | None:

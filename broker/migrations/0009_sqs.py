@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('broker', '0007_queue_counters'),
+        ('broker', '0008_queue_settings_schedules'),
     ]
 
     operations = [

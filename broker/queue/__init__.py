@@ -7,6 +7,7 @@ target states and counters of each move come from `broker.states.TRANSITIONS`.
 
     enqueue.py      enqueue, enqueue_many
     lease.py        claim, settle (ack/nack, one or many), extend
+    restricted.py   the claim of paused and limited queues (max_in_flight, rate_per_s)
     deadletters.py  requeue, cancel, cancel_queue (purge)
     redelivery.py   release (handed_out → ready at once), failed attempts no worker nacked
     sweeps.py       reclaim_expired, promote_delayed, prune_finished
@@ -25,13 +26,23 @@ from broker.queue.base import (
 from broker.queue.counters import fold_deltas, gauges, stats, totals
 from broker.queue.deadletters import cancel, cancel_many, cancel_queue, requeue, requeue_many
 from broker.queue.enqueue import enqueue, enqueue_many
-from broker.queue.lease import ack, ack_many, claim, extend, nack, nack_many, settle
+from broker.queue.lease import (
+    Claimed,
+    ack,
+    ack_many,
+    claim,
+    extend,
+    nack,
+    nack_many,
+    settle,
+)
 from broker.queue.redelivery import limit_receives, release, release_many
 from broker.queue.sweeps import promote_delayed, prune_finished, reclaim_expired
 
 __all__ = [
     "LEASE_EXPIRED",
     "NO_ERROR_GIVEN",
+    "Claimed",
     "ClaimedTask",
     "Delivery",
     "NewTask",

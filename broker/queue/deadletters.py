@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from broker import observe
 from broker.exceptions import InvalidTransition, NotInDeadLetterQueue, TaskNotFound
 from broker.models import Task
-from broker.queue import counters
+from broker.queue import counters, restricted
 from broker.queue.base import MAX_KEPT_ERRORS, current_time
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
@@ -39,6 +39,8 @@ def cancel(task_id: int) -> None:
             raise InvalidTransition(f"The task is already {state}.")
         Task.objects.filter(pk=task_id).update(**_ending_lease(target))
         counters.bump(counters.count_moves(("cancel",), [(queue_name, state, target)]))
+        if state == State.HANDED_OUT:
+            restricted.wake_freed({queue_name: 1})
     observe.moved(state, target, task=task_id, queue=queue_name, attempts=attempts)
 
 
@@ -106,6 +108,7 @@ def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> 
             counters.bump(counters.count_moves((event,), [(q, s, target) for _, q, s in rows]))
             if event == "requeue":
                 trim_errors([pk for pk, _, _ in rows])
+            restricted.wake_freed(Counter(q for _, q, s in rows if s == State.HANDED_OUT))
             if target == State.READY:
                 # Each queue's own claimers: a wake for another queue's would be lost on them.
                 announce(Counter(q for _, q, _ in rows))

@@ -16,7 +16,7 @@ from django.db.models import F
 from broker import observe
 from broker.exceptions import LeaseMismatch, TaskNotHeld
 from broker.models import Task, TaskError
-from broker.queue import counters, sql
+from broker.queue import counters, restricted, sql
 from broker.queue.base import (
     MAX_KEPT_ERRORS,
     ClaimedTask,
@@ -52,21 +52,37 @@ class Settled(NamedTuple):
 # -- claim ------------------------------------------------------------------------------------
 
 
+class Claimed(list[Delivery]):
+    """A claim's deliveries; `retry_in`: when it found nothing because of a rate limit, in how
+    many seconds the next token comes (a parked claim looks again then: no wake-up says so)."""
+
+    retry_in: float | None = None
+
+
 def claim(
     queues: list[str] | None, lease_ms: int, limit: int = 1, worker: str | None = None
-) -> list[Delivery]:
+) -> Claimed:
     """Hand out up to `limit` ready tasks, priority then oldest first: ready → handed_out.
 
-    On PostgreSQL, SKIP LOCKED lets concurrent claimers pass each other's rows instead of waiting;
-    on SQLite the IMMEDIATE transaction holds the write lock from BEGIN.
+    Nothing from a paused queue; from a limited one, no more than its settings allow (see
+    broker.queue.restricted). On PostgreSQL, SKIP LOCKED lets concurrent claimers pass each
+    other's rows instead of waiting; on SQLite the IMMEDIATE transaction holds the write lock
+    from BEGIN.
     """
     now = current_time()
     lease_id = uuid.uuid4().hex
     deadline = now + timedelta(milliseconds=lease_ms)
-    if connection.vendor == "postgresql":
-        found = _claim_pg(queues, limit, lease_id, deadline, now, worker)
-    else:
-        found = _claim_generic(queues, limit, lease_id, deadline, now, worker)
+    hand = restricted.Hand(queues, limit, lease_id, deadline, now, worker)
+    found: list[tuple[Any, ...]] | None = None
+    retry_in = None
+    if not restricted.seems_restricted(queues):
+        # One statement that also says whether a restricted queue is in its scope.
+        if connection.vendor == "postgresql":
+            found = _claim_pg(hand)
+        else:
+            found = _claim_generic(hand)
+    if found is None:
+        found, retry_in = restricted.claim(hand)
     tasks = [ClaimedTask(*row) for row in found]
     if len(tasks) == 1:
         first = tasks[0]
@@ -74,46 +90,53 @@ def claim(
                       attempts=first.attempts)
     elif tasks:
         observe.moved(State.READY, _HANDED_OUT, count=len(tasks))
-    return [Delivery(task, lease_id, deadline) for task in tasks]
+    claimed = Claimed(Delivery(task, lease_id, deadline) for task in tasks)
+    claimed.retry_in = retry_in
+    return claimed
 
 
-def _claim_pg(
-    queues: list[str] | None, limit: int, lease_id: str, deadline: datetime, now: datetime,
-    worker: str | None,
-) -> list[tuple[Any, ...]]:
+def _claim_pg(hand: restricted.Hand) -> list[tuple[Any, ...]] | None:
+    """The claim as one statement; None when a restricted queue is in its scope."""
+    queues = hand.queues
     if not queues:
         statement = sql.CLAIM_ANY
     else:
         statement = sql.CLAIM_ONE_QUEUE if len(queues) == 1 else sql.CLAIM_QUEUES
-    params = {
-        "queues": queues, "queue": queues[0] if queues else None, "limit": limit,
-        "lease_id": lease_id, "deadline": deadline, "now": now, "worker": worker,
-        "shard": shard(),
-    }
+    params = {**hand.params(), "queue": queues[0] if queues else None}
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall()
+        rows = cursor.fetchall()
+    return restricted.unless_gated(hand.queues, rows)
 
 
-def _claim_generic(
-    queues: list[str] | None, limit: int, lease_id: str, deadline: datetime, now: datetime,
-    worker: str | None,
-) -> list[tuple[Any, ...]]:
+def _claim_generic(hand: restricted.Hand) -> list[tuple[Any, ...]] | None:
+    """The claim on SQLite: the read of ready tasks also says whether a restricted queue is
+    in its scope (so the query count stays); None when one is."""
     with transaction.atomic():
-        found = list(
-            Task.objects.ready(queues).claim_order().lock_skipping_locked()
-            .values_list(*sql.CLAIM_COLUMNS)[:limit]
-        )
-        if not found:
-            return []
-        Task.objects.filter(pk__in=[row[0] for row in found]).update(
-            state=_HANDED_OUT, attempts=F("attempts") + 1, lease_id=lease_id,
-            lease_deadline=deadline, claimed_at=now, worker=worker, updated_at=now,
-        )
-        moves = [(row[4], State.READY.value, _HANDED_OUT) for row in found]
-        counters.bump(counters.count_moves(("claim",), moves))
-    return [(*row[:2], row[2] + 1, *row[3:7], api_time(aware(row[7])), api_time(aware(row[8])))
-            for row in found]
+        with connection.cursor() as cursor:
+            cursor.execute(*sql.sqlite_gated_pick(hand.queues, hand.limit))
+            found = restricted.unless_gated(hand.queues, cursor.fetchall())
+        if found is None:
+            return None
+        return hand_out_generic(hand, found)
+
+
+def hand_out_generic(hand: restricted.Hand, found: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Hand out the ready rows `found` (CLAIM_COLUMNS, in claim order) with their counters: the
+    ORM half of a claim; call inside the claim's transaction."""
+    if not found:
+        return []
+    Task.objects.filter(pk__in=[row[0] for row in found]).update(
+        state=_HANDED_OUT, attempts=F("attempts") + 1, lease_id=hand.lease_id,
+        lease_deadline=hand.deadline, claimed_at=hand.now, worker=hand.worker,
+        updated_at=hand.now,
+    )
+    moves = [(row[4], State.READY.value, _HANDED_OUT) for row in found]
+    counters.bump(counters.count_moves(("claim",), moves))
+    return [
+        (*row[:2], row[2] + 1, *row[3:7], api_time(aware(row[7])), api_time(aware(row[8])))
+        for row in found
+    ]
 
 
 # -- settle -----------------------------------------------------------------------------------
@@ -183,7 +206,7 @@ def _settle_pg(
         statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
         cursor.execute(statement, params)
         rows = cursor.fetchall()
-    return [Settled(_OUTCOMES[code], queue, attempts, state) for _, code, queue, attempts, state
+    return [Settled(_OUTCOMES[code], queue, attempts, state) for _, code, queue, attempts, state, _
             in rows]
 
 

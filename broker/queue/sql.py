@@ -199,15 +199,43 @@ CLAIM_COLUMNS = (
     "available_at",
 )
 _CLAIM_ORDER = "priority, available_at, id"
-# What a claim answers: the times already as API text (no parsing and formatting per row).
-_CLAIM_OUT = [API_TIME_SQL.format(c) if c.endswith("_at") else c for c in CLAIM_COLUMNS]
+# What a claim answers: the times already as API text (no parsing and formatting per row), and
+# the claim order's keys beside them (the text of a time sorts only to the millisecond).
+_CLAIM_OUT = (
+    "SELECT "
+    + ", ".join(f"{API_TIME_SQL.format(c)} AS {c}" if c.endswith("_at") else c
+                for c in CLAIM_COLUMNS)
+    + ", priority AS sort_p, available_at AS sort_a FROM claimed"
+)  # fmt: skip
+_OUT_NAMES = ", ".join(CLAIM_COLUMNS)
 
 
-def _claim(picked: str) -> str:
-    """Hand out the rows `picked` selects (locked, in claim order) and count them."""
+# A queue whose settings can hold a claim back (models.RESTRICTED, in SQL).
+RESTRICTED = "(paused OR max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL)"
+QUEUE_TABLE = "broker_queue"
+_MARKER = ", ".join(["NULL"] * len(CLAIM_COLUMNS))  # and NULL sort keys: it sorts last
+
+
+def _claim(picked: str, gate: str | None = None, prefix: str = "") -> str:
+    """Hand out the rows `picked` selects (locked, in claim order) and count them.
+
+    `gate` (a condition on broker_queue rows, the claim's scope): the claim takes nothing when a
+    restricted queue is in its scope, and answers one extra row of NULLs to say so; the caller
+    then takes the restricted path. One statement reads the settings and claims, so a pause is
+    obeyed by every process from the instant it commits, and no process caches anything.
+    """
     returning = ", ".join(f"t.{c}" for c in CLAIM_COLUMNS)
+    gated = (
+        f"gate AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}"
+        f" WHERE {RESTRICTED}{gate}) AS held), "
+        if gate is not None
+        else ""
+    )
+    marker = (
+        f" UNION ALL SELECT {_MARKER}, NULL, NULL FROM gate WHERE held" if gate is not None else ""
+    )
     return (
-        f"WITH picked AS ({picked}"
+        f"WITH {prefix}{gated}picked AS ({picked}"
         "), claimed AS ("
         # Saturated: a task with unlimited attempts must not overflow the smallint.
         " UPDATE broker_task t SET state = 'handed_out', attempts = least(t.attempts + 1, 32767),"
@@ -216,27 +244,114 @@ def _claim(picked: str) -> str:
         f" FROM picked WHERE t.id = picked.id RETURNING {returning},"
         " 'ready'::text AS o, t.state AS n"
         f"), counted AS ({counted('claimed', ('claim',))})"
-        f" SELECT {', '.join(_CLAIM_OUT)} FROM claimed ORDER BY {_CLAIM_ORDER}"
+        f" SELECT {_OUT_NAMES} FROM ({_CLAIM_OUT}{marker}) AS out"
+        " ORDER BY sort_p, sort_a, id"
     )
+
+
+_OPEN = " AND NOT (SELECT held FROM gate)"
 
 
 def _pick(where: str) -> str:
     return (
-        f"SELECT id FROM broker_task WHERE state = 'ready'{where}"
+        f"SELECT id FROM broker_task WHERE state = 'ready'{where}{_OPEN}"
         f" ORDER BY {_CLAIM_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     )
 
 
-CLAIM_ANY = _claim(_pick(""))
+def _per_queue(source: str, limit: str) -> str:
+    """Each queue's own index range (a LATERAL per queue of `source`), then the best `limit`.
+
+    `queue = ANY(...)` would read every ready row of those queues and sort them.
+    """
+    return (
+        f"SELECT c.id FROM {source} CROSS JOIN LATERAL ("
+        "SELECT id, priority, available_at FROM broker_task WHERE state = 'ready'"
+        f" AND queue = q.name ORDER BY {_CLAIM_ORDER} LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c"
+        " ORDER BY c.priority, c.available_at, c.id LIMIT %(limit)s"
+    )
+
+
+# Each takes nothing (and says so) when a restricted queue is in its scope: see _claim.
+CLAIM_ANY = _claim(_pick(""), gate="")
 # One queue as `=`: PostgreSQL then reads task_claim_queue_idx in claim order.
-CLAIM_ONE_QUEUE = _claim(_pick(" AND queue = %(queue)s"))
-# Several queues: each queue's own index range (a LATERAL per queue), then the best `limit` of
-# those. `queue = ANY(...)` would read every ready row of those queues and sort them.
+CLAIM_ONE_QUEUE = _claim(_pick(" AND queue = %(queue)s"), gate=" AND name = %(queue)s")
 CLAIM_QUEUES = _claim(
-    "SELECT c.id FROM unnest(%(queues)b::varchar[]) AS q(name) CROSS JOIN LATERAL ("
-    f"SELECT id, priority, available_at FROM broker_task WHERE state = 'ready' AND queue = q.name"
-    f" ORDER BY {_CLAIM_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c"
-    f" ORDER BY c.priority, c.available_at, c.id LIMIT %(limit)s"
+    _per_queue(
+        f"(SELECT name FROM unnest(%(queues)b::varchar[]) AS u(name) WHERE{_OPEN[4:]}) AS q",
+        "%(limit)s",
+    ),
+    gate=" AND name = ANY(%(queues)b::varchar[])",
+)
+
+
+def sqlite_gated_pick(queues: list[str] | None, limit: int) -> tuple[str, list[object]]:
+    """SQLite's read of the ready tasks to claim, with the marker row of a gated claim (see
+    _claim): (statement, params)."""
+    names = list(queues or ())
+    marks = ", ".join(["%s"] * len(names))
+    where = f" AND queue IN ({marks})" if names else ""
+    gate = (
+        f"EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE {RESTRICTED}"
+        + (f" AND name IN ({marks}))" if names else ")")
+    )
+    statement = (
+        f"SELECT * FROM (SELECT {', '.join(CLAIM_COLUMNS)} FROM broker_task"
+        f" WHERE state = 'ready'{where} AND NOT {gate} ORDER BY {_CLAIM_ORDER} LIMIT %s)"
+        f" UNION ALL SELECT {_MARKER} WHERE {gate} ORDER BY {_CLAIM_ORDER}"
+    )
+    return statement, [*names, *names, limit, *names]
+
+
+# -- claim: the restricted path (broker.queue.restricted) --------------------------------------
+
+# The restricted queues of a scope; then the rows of its limited ones, which the claim locks.
+LIMITED = "NOT paused AND (max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL)"
+RESTRICTED_IN = (
+    f"SELECT name, paused FROM {QUEUE_TABLE} WHERE {RESTRICTED}"
+    " AND (%(every)s OR name = ANY(%(scope)s::varchar[])) ORDER BY name"
+)
+LOCK_LIMITED = (
+    f"SELECT name, max_in_flight, rate_per_s, tokens, refilled_at FROM {QUEUE_TABLE}"
+    f" WHERE name = ANY(%(names)s::varchar[]) AND {LIMITED} ORDER BY name FOR UPDATE"
+)
+# A new statement after the locks: under READ COMMITTED it sees every claim committed while this
+# one waited for them (one statement would not). The clock is the database's: one for all hosts.
+IN_FLIGHT = (
+    "SELECT clock_timestamp(), u.name, coalesce((SELECT sum(handed_out) FROM broker_queuecounter"
+    " WHERE queue = u.name), 0) FROM unnest(%(names)s::varchar[]) AS u(name)"
+)
+SPEND_TOKENS = (
+    f"UPDATE {QUEUE_TABLE} AS s SET tokens = u.tokens, refilled_at = %(at)s"
+    " FROM unnest(%(names)s::varchar[], %(tokens)s::float8[]) AS u(name, tokens)"
+    " WHERE s.name = u.name"
+)
+
+
+def _allowed(source: str) -> str:
+    """Queues of `source` (rows `name`) the claim may take from, each with its most: those it
+    was allowed (`names`, at most `lims` each) and any other that is not restricted, read in
+    this very statement (a queue paused a moment ago is not taken from)."""
+    return (
+        f"(SELECT s.name, coalesce(u.lim, %(limit)s) AS lim FROM {source} LEFT JOIN"
+        " unnest(%(names)s::varchar[], %(lims)s::int[]) AS u(name, lim) ON u.name = s.name"
+        " WHERE s.name IS NOT NULL AND (u.name IS NOT NULL OR s.name <> ALL(ARRAY("
+        f"SELECT name FROM {QUEUE_TABLE} WHERE {RESTRICTED})))) AS q"
+    )
+
+
+CLAIM_ALLOWED = _claim(_per_queue(_allowed("unnest(%(scope)s::varchar[]) AS s(name)"), "q.lim"))
+# Every queue: the names of the queues with ready tasks by a loose index scan (one probe of
+# task_claim_queue_idx per queue), so a paused queue's backlog is stepped over, never walked.
+CLAIM_ALLOWED_EVERY = _claim(
+    _per_queue(_allowed("names AS s"), "q.lim"),
+    prefix=(
+        "RECURSIVE names(name) AS ("
+        "(SELECT queue FROM broker_task WHERE state = 'ready' ORDER BY queue LIMIT 1)"
+        " UNION ALL SELECT (SELECT t.queue FROM broker_task t WHERE t.state = 'ready'"
+        " AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n WHERE n.name IS NOT NULL"
+        "), "
+    ),
 )
 
 # -- settle: ack and nack, one or many --------------------------------------------------------
@@ -323,9 +438,14 @@ def _settle(acks: bool, nacks: bool) -> str:
         " greatest((extract(epoch FROM %(now)s - p.claimed_at) * 1000000)::bigint, 0) AS us"
         f"{errors}"
         f"), counted AS ({counted('moved', events, timed=True)})"
+        # A settled task frees a slot of a queue that caps its tasks in flight: wake its claimers.
+        f", freed AS (SELECT pg_notify('{CHANNEL}', m.queue || ':' || count(*)) FROM moved m"
+        f" JOIN {QUEUE_TABLE} s ON s.name = m.queue WHERE s.max_in_flight IS NOT NULL"
+        " AND NOT s.paused GROUP BY m.queue)"
         " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
         "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2 ELSE 1 END,"
-        " m.queue, m.attempts, m.n FROM items i LEFT JOIN moved m ON m.pos = i.pos"
+        " m.queue, m.attempts, m.n, (SELECT count(*) FROM freed)"
+        " FROM items i LEFT JOIN moved m ON m.pos = i.pos"
         " LEFT JOIN broker_task cur ON cur.id = i.id ORDER BY i.pos"
     )
 

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from broker import observe
 from broker.models import Task
-from broker.queue import counters
+from broker.queue import counters, restricted
 from broker.queue.base import LEASE_EXPIRED, current_time
 from broker.queue.redelivery import HELD_COLUMNS, fail_held
 from broker.states import FINISHED_STATES, TRANSITIONS, State
@@ -32,6 +32,7 @@ def reclaim_expired(limit: int = 500) -> int:
         if not rows:
             return 0
         moves = fail_held(rows, now, LEASE_EXPIRED, at_once=False)
+        restricted.wake_freed(Counter(queue for queue, _, _ in moves))
     if len(rows) == 1:
         pk, queue, attempts, _, _ = rows[0]
         observe.moved(State.HANDED_OUT, moves[0][2], task=pk, queue=queue, attempts=attempts)

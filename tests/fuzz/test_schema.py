@@ -31,6 +31,14 @@ CONTRACT: dict[tuple[str, str], set[str]] = {
     ("post", "/jobs/claim"): {"200", "204", "400"},
     ("post", "/jobs/ack"): {"200", "400"},
     ("post", "/jobs/nack"): {"200", "400"},
+    ("get", "/queues"): {"200"},
+    ("get", "/queues/{name}"): {"200", "404"},
+    ("patch", "/queues/{name}"): {"200", "400"},
+    ("post", "/schedules"): {"201", "400", "409"},
+    ("get", "/schedules"): {"200"},
+    ("get", "/schedules/{name}"): {"200", "404"},
+    ("patch", "/schedules/{name}"): {"200", "400", "404"},
+    ("delete", "/schedules/{name}"): {"204", "404"},
 }
 
 

@@ -16,7 +16,10 @@ log = logging.getLogger("broker.sweeper")
 
 
 class Command(BaseCommand):
-    help = "Reclaim expired leases, promote delayed tasks whose time came, and wake claimers."
+    help = (
+        "Reclaim expired leases, promote delayed tasks whose time came, fire due schedules, and"
+        " wake claimers."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--interval-ms", type=int, default=None)
@@ -27,7 +30,8 @@ class Command(BaseCommand):
         if options["once"]:
             result = sweep_once()
             self.stdout.write(
-                f"reclaimed {result.reclaimed}, promoted {result.promoted}, pruned {result.pruned}"
+                f"reclaimed {result.reclaimed}, promoted {result.promoted}, pruned {result.pruned},"
+                f" fired {result.fired}"
             )
             return
         stop = threading.Event()

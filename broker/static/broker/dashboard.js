@@ -42,6 +42,22 @@
     return el;
   }
 
+  // Badges for a queue's settings: paused, its cap on tasks in flight, its rate.
+  function settingsCell(limit) {
+    const td = document.createElement("td");
+    if (!limit) return td;
+    const badges = [];
+    if (limit.paused) badges.push(["paused", "dash-tag dash-tag-paused"]);
+    if (limit.max_in_flight != null) badges.push([`\u2264 ${fmt(limit.max_in_flight)} in flight`, "dash-tag"]);
+    if (limit.rate_per_s != null) badges.push([`${limit.rate_per_s}/s`, "dash-tag"]);
+    for (const [text, cls] of badges) {
+      const span = cell("span", text);
+      span.className = cls;
+      td.append(span, " ");
+    }
+    return td;
+  }
+
   function render(snap) {
     for (const el of $$("[data-gauge]")) el.textContent = fmt(snap.gauges[el.dataset.gauge] ?? 0);
     for (const el of $$("[data-total]")) el.textContent = fmt(snap.totals[el.dataset.total] ?? 0);
@@ -57,15 +73,21 @@
     $("#updated-at").textContent = new Date(snap.now_ms).toLocaleTimeString();
 
     const body = $("#queue-table tbody");
-    const rows = Object.entries(snap.queues).map(([name, counts]) => {
+    const limits = snap.queue_settings || {};
+    // Queues with live tasks, and paused or limited ones even when empty.
+    const names = [...new Set([...Object.keys(snap.queues), ...Object.keys(limits)])].sort();
+    const rows = names.map((name) => {
+      const counts = snap.queues[name] || {};
       const tr = document.createElement("tr");
       tr.dataset.queue = name;
       tr.append(cell("th", name), ...STATES.map((s) => cell("td", fmt(counts[s] ?? 0))));
+      tr.append(settingsCell(limits[name]));
+      tr.classList.toggle("dash-paused", Boolean(limits[name] && limits[name].paused));
       return tr;
     });
     if (!rows.length) {
       const td = cell("td", "No live tasks in any queue.");
-      td.colSpan = 5;
+      td.colSpan = 6;
       td.className = "dash-empty";
       const tr = document.createElement("tr");
       tr.append(td);

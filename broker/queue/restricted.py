@@ -1,0 +1,256 @@
+"""The claim of queues whose settings hold it back: paused, `max_in_flight`, `rate_per_s`.
+
+The one-statement claim (lease.py) takes nothing when a restricted queue is in its scope and says
+so; the claim then comes here. In one transaction it locks the rows of the limited queues in its
+scope (in name order, so two claims never deadlock), counts their tasks in flight in a new
+statement (under READ COMMITTED one that sees every claim committed while it waited for the
+locks), refills each token bucket by the database's clock, and claims at most what each allows,
+from the other queues of its scope too unless they are restricted (read again in that statement).
+A paused queue's row is never locked: the claim statement itself leaves paused queues out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Sum
+
+from broker.models import RESTRICTED, Queue, QueueCounter, Task
+from broker.queue import sql
+from broker.queue.base import current_time, shard
+from broker.wakeup import announce
+
+# A scope found restricted is remembered for this long: its claims skip the one-statement try,
+# which would only say "restricted" again. A hint, never trusted: the restricted path reads the
+# settings itself, and a scope it finds unrestricted is forgotten at once.
+HINT_S = 5.0
+# A float's floor, forgiving the rounding of a refill that lands on a whole token.
+_EPSILON = 1e-9
+_hints: dict[tuple[str, ...] | None, float] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Hand:
+    """What one claim hands out under: its scope, how many, and the lease."""
+
+    queues: list[str] | None
+    limit: int
+    lease_id: str
+    deadline: datetime
+    now: datetime
+    worker: str | None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "queues": self.queues, "limit": self.limit, "lease_id": self.lease_id,
+            "deadline": self.deadline, "now": self.now, "worker": self.worker, "shard": shard(),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a limited queue allows one claim now: `most` tasks; `tokens` in its bucket."""
+
+    name: str
+    most: int
+    rate: float | None
+    tokens: float | None  # refilled to now; None without a rate limit
+    full: bool = False  # max_in_flight reached: a settle, not time, frees it
+
+    def retry_in(self) -> float | None:
+        """Seconds until the bucket holds a whole token again (None: it does, no rate, or the
+        queue is full anyway)."""
+        if self.rate is None or self.tokens is None or self.tokens >= 1 - _EPSILON or self.full:
+            return None
+        return (1 - self.tokens) / self.rate
+
+
+def _key(queues: Sequence[str] | None) -> tuple[str, ...] | None:
+    return tuple(sorted(queues)) if queues else None
+
+
+def seems_restricted(queues: Sequence[str] | None) -> bool:
+    """Whether this scope was found restricted a moment ago (a hint: see HINT_S)."""
+    until = _hints.get(_key(queues))
+    return until is not None and until > time.monotonic()
+
+
+def _remember(queues: Sequence[str] | None, restricted: bool) -> None:
+    key = _key(queues)
+    if restricted:
+        _hints[key] = time.monotonic() + HINT_S
+    else:
+        _hints.pop(key, None)
+
+
+def forget_hints() -> None:
+    """Drop every hint (tests; and a settings change in this process)."""
+    _hints.clear()
+
+
+def unless_gated(
+    queues: Sequence[str] | None, rows: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]] | None:
+    """The rows of a one-statement claim, or None when its marker row says it was gated."""
+    if rows and any(row[0] is None for row in rows):
+        _remember(queues, True)
+        return None
+    return rows
+
+
+def bucket(rate: float, tokens: float, refilled_at: datetime | None, at: datetime) -> float:
+    """The tokens a bucket of `rate` per second holds at `at` (capacity max(1, rate)).
+
+    Over any T seconds a bucket spends at most rate * T + capacity tokens: API.md's bound.
+    """
+    capacity = max(1.0, rate)
+    if refilled_at is None:
+        return capacity
+    elapsed = max(0.0, (at - refilled_at).total_seconds())
+    return min(capacity, tokens + rate * elapsed)
+
+
+def grant(row: tuple[Any, ...], in_flight: int, at: datetime, limit: int) -> Grant:
+    """What a limited queue's settings row (name, max_in_flight, rate, tokens, refilled_at)
+    allows a claim of up to `limit`, with `in_flight` of its tasks handed out."""
+    name, max_in_flight, rate, tokens, refilled_at = row
+    most = limit
+    full = False
+    if max_in_flight is not None:
+        room = max(0, max_in_flight - in_flight)
+        most, full = min(most, room), room == 0
+    now_tokens = None
+    if rate is not None:
+        now_tokens = bucket(rate, tokens, refilled_at, at)
+        most = min(most, math.floor(now_tokens + _EPSILON))
+    return Grant(name, most, rate, now_tokens, full)
+
+
+def claim(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
+    """Claim for a scope with restricted queues: (rows as sql.CLAIM_COLUMNS, seconds until a
+    rate limit's next token when that is what held the claim back, else None)."""
+    if connection.vendor != "postgresql":
+        return _claim_generic(hand)
+    found, grants, skipped = _claim_pg(hand, wait=False)
+    if not found and skipped:
+        # Rows another claim held were passed over: wait for them once rather than answer
+        # "nothing" while those queues may have room.
+        found, grants, skipped = _claim_pg(hand, wait=True)
+    return found, _retry_in(grants, found)
+
+
+def _retry_in(grants: list[Grant], found: list[tuple[Any, ...]]) -> float | None:
+    if found:
+        return None
+    waits = [w for g in grants if (w := g.retry_in()) is not None]
+    return min(waits, default=None)
+
+
+def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Grant], set[str]]:
+    every = hand.queues is None
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql.RESTRICTED_IN, {"every": every, "scope": hand.queues or []})
+        restricted = cursor.fetchall()
+        _remember(hand.queues, bool(restricted))
+        limited = [name for name, paused in restricted if not paused]
+        grants: list[Grant] = []
+        skipped: set[str] = set()
+        at = None
+        if limited:
+            cursor.execute(sql.LOCK_LIMITED + ("" if wait else " SKIP LOCKED"), {"names": limited})
+            rows = cursor.fetchall()
+            skipped = set(limited) - {row[0] for row in rows}
+            if rows:
+                cursor.execute(sql.IN_FLIGHT, {"names": [row[0] for row in rows]})
+                flights = cursor.fetchall()
+                at = flights[0][0]
+                in_flight = {name: int(n) for _, name, n in flights}
+                grants = [grant(row, in_flight[row[0]], at, hand.limit) for row in rows]
+        allowed = [g for g in grants if g.most > 0]
+        params = {
+            **hand.params(), "scope": hand.queues, "names": [g.name for g in allowed],
+            "lims": [g.most for g in allowed],
+        }  # fmt: skip
+        cursor.execute(sql.CLAIM_ALLOWED_EVERY if every else sql.CLAIM_ALLOWED, params)
+        found = cursor.fetchall()
+        _spend(cursor, grants, found, at)
+    return found, grants, skipped
+
+
+def _spend(cursor: Any, grants: list[Grant], found: list[tuple[Any, ...]], at: Any) -> None:
+    """Take the claimed tasks' tokens out of their buckets (refilled to `at`)."""
+    taken = Counter(row[4] for row in found)
+    spent = [g for g in grants if g.tokens is not None and taken[g.name]]
+    if spent:
+        cursor.execute(
+            sql.SPEND_TOKENS,
+            {"at": at, "names": [g.name for g in spent],
+             "tokens": [g.tokens - taken[g.name] for g in spent]},  # type: ignore[operator]
+        )  # fmt: skip
+
+
+def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
+    """The restricted claim on SQLite, whose IMMEDIATE transaction already serializes claims."""
+    from broker.queue.lease import hand_out_generic
+
+    with transaction.atomic():
+        scope = Queue.objects.filter(RESTRICTED)
+        if hand.queues:
+            scope = scope.filter(name__in=hand.queues)
+        rows = list(
+            scope.values_list(
+                "name", "paused", "max_in_flight", "rate_per_s", "tokens", "refilled_at"
+            )
+        )
+        _remember(hand.queues, bool(rows))
+        at = current_time()
+        limited = [(n, m, r, t, at_) for n, paused, m, r, t, at_ in rows if not paused]
+        in_flight = dict(
+            QueueCounter.objects.filter(queue__in=[row[0] for row in limited])
+            .values("queue").annotate(n=Sum("handed_out")).values_list("queue", "n")
+        )  # fmt: skip
+        grants = [grant(row, int(in_flight.get(row[0]) or 0), at, hand.limit) for row in limited]
+        found = _pick_generic(hand, [row[0] for row in rows], grants)
+        claimed = hand_out_generic(hand, found)
+        taken = Counter(row[4] for row in found)
+        for g in grants:
+            if g.tokens is not None and taken[g.name]:
+                Queue.objects.filter(name=g.name).update(
+                    tokens=g.tokens - taken[g.name], refilled_at=at
+                )
+    return claimed, _retry_in(grants, claimed)
+
+
+def _pick_generic(hand: Hand, restricted: list[str], grants: list[Grant]) -> list[tuple[Any, ...]]:
+    """The ready rows to claim: the best of the unrestricted queues, and of each limited one
+    at most its grant. (SQLite walks a paused queue's ready rows: it serves small queues.)"""
+    columns = sql.CLAIM_COLUMNS
+    found = list(
+        Task.objects.ready(hand.queues).exclude(queue__in=restricted).claim_order()
+        .values_list(*columns)[: hand.limit]
+    )  # fmt: skip
+    for g in grants:
+        if g.most > 0:
+            found += Task.objects.ready([g.name]).claim_order().values_list(*columns)[: g.most]
+    found.sort(key=lambda row: (row[5], row[8], row[0]))
+    return found[: hand.limit]
+
+
+def wake_freed(freed: dict[str, int]) -> None:
+    """Wake parked claimers of the queues among `freed` (queue → tasks that left handed_out)
+    that cap their tasks in flight: a slot opened. Inside the move's transaction.
+
+    SQL's settle does this in its own statement; SQLite's poll wakes claimers of any queue with
+    ready tasks every BROKER_SQLITE_POLL_MS anyway.
+    """
+    if not freed or connection.vendor != "postgresql":
+        return
+    capped = Queue.objects.filter(name__in=list(freed), max_in_flight__isnull=False, paused=False)
+    announce({name: freed[name] for name in capped.values_list("name", flat=True)})

@@ -1,0 +1,166 @@
+"""Queue settings: paused, max_in_flight, rate_per_s. Not task state (broker.queue owns that):
+the API, admin and tests change them only through update() here."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.db import transaction
+
+from broker import queue
+from broker.exceptions import BrokerError
+from broker.models import CounterDelta, Queue, QueueCounter, SqsQueue
+from broker.queue import restricted
+from broker.queue.base import current_time
+from broker.queue.counters import LEGACY_QUEUE
+from broker.wakeup import announce
+from contract.limits import MAX_IN_FLIGHT, MAX_RATE_PER_S, QUEUE_MESSAGE, QUEUE_RE
+
+FIELDS = ("paused", "max_in_flight", "rate_per_s")
+GAUGES = ("ready", "handed_out", "delayed", "dead")
+# Parked claimers of a queue woken when its settings loosen: each looks once, those that find
+# nothing park again.
+WAKE_ON_CHANGE = 1000
+
+
+class QueueNotFound(BrokerError):
+    """No such queue: no task and no setting ever named it."""
+
+    status_code = 404
+
+
+def problems(changes: dict[str, Any]) -> dict[str, list[str]]:
+    """What is wrong with a PATCH /queues/{name} body, by field (empty: nothing)."""
+    found = {key: ["Unknown field."] for key in changes if key not in FIELDS}
+    if "paused" in changes and type(changes["paused"]) is not bool:
+        found["paused"] = ["Must be true or false."]
+    if "max_in_flight" in changes:
+        value = changes["max_in_flight"]
+        if value is not None and (type(value) is not int or not 1 <= value <= MAX_IN_FLIGHT):
+            found["max_in_flight"] = [f"Must be an integer from 1 to {MAX_IN_FLIGHT}, or null."]
+    if "rate_per_s" in changes:
+        value = changes["rate_per_s"]
+        if value is not None and (
+            type(value) not in (int, float)
+            or not math.isfinite(value)
+            or not 0 < value <= MAX_RATE_PER_S
+        ):
+            found["rate_per_s"] = [f"Must be a number above 0, at most {MAX_RATE_PER_S}, or null."]
+    return found
+
+
+def name_problems(name: str) -> dict[str, list[str]]:
+    return {} if QUEUE_RE.fullmatch(name) else {"name": [QUEUE_MESSAGE]}
+
+
+def names() -> list[str]:
+    """Every queue a task or a setting ever named (an SQS CreateQueue names one too)."""
+    found = set(Queue.objects.values_list("name", flat=True))
+    found.update(SqsQueue.objects.values_list("name", flat=True))
+    found.update(QueueCounter.objects.values_list("queue", flat=True).distinct())
+    found.update(CounterDelta.objects.values_list("queue", flat=True).distinct())
+    found.discard(LEGACY_QUEUE)
+    return sorted(found)
+
+
+def _shape(name: str, row: Queue | None, gauges: dict[str, int]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "paused": bool(row and row.paused),
+        "max_in_flight": row.max_in_flight if row else None,
+        "rate_per_s": row.rate_per_s if row else None,
+        **{g: gauges.get(g, 0) for g in GAUGES},
+    }
+
+
+def describe_all() -> list[dict[str, Any]]:
+    """Every queue as API.md's <queue>, by name; gauges from the counter rows (no task count)."""
+    rows = {row.name: row for row in Queue.objects.all()}
+    per_queue = queue.stats()["queues"]
+    return [_shape(name, rows.get(name), per_queue.get(name, {})) for name in names()]
+
+
+def describe(name: str) -> dict[str, Any]:
+    """One queue as <queue>. Raises QueueNotFound for a name nothing ever used."""
+    row = Queue.objects.filter(name=name).first()
+    if row is None and not _named(name):
+        raise QueueNotFound()
+    return _shape(name, row, queue.stats()["queues"].get(name, {}))
+
+
+def _named(name: str) -> bool:
+    """Whether a task (its counter rows) or an SQS CreateQueue named the queue."""
+    return name != LEGACY_QUEUE and (
+        QueueCounter.objects.filter(queue=name).exists()
+        or CounterDelta.objects.filter(queue=name).exists()
+        or SqsQueue.objects.filter(name=name).exists()
+    )
+
+
+def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Change a queue's settings (creating them for a new name); returns <queue>.
+
+    Raises ValueError naming the problems when `changes` or `name` is bad (see problems()). A
+    change that lets more through wakes the queue's parked claimers on every process at commit.
+    """
+    bad = {**name_problems(name), **problems(changes)}
+    if bad:
+        raise SettingsError(bad)
+    with transaction.atomic():
+        row = Queue.objects.select_for_update().filter(name=name).first() or Queue(name=name)
+        loosened = _apply(row, changes)
+        row.save()
+        if loosened:
+            announce({name: WAKE_ON_CHANGE})
+    restricted.forget_hints()
+    return describe(name)
+
+
+def update_many(names: list[str], changes: dict[str, Any]) -> int:
+    """update() for many queues in one transaction (admin's pause and resume); returns how many."""
+    with transaction.atomic():
+        for name in sorted(names):  # one lock order
+            update(name, changes)
+    return len(names)
+
+
+def ensure_rows(names_: list[str]) -> None:
+    """A settings row (no settings) for each named queue, so admin can list and change them."""
+    Queue.objects.bulk_create([Queue(name=n) for n in names_], ignore_conflicts=True)
+
+
+def _apply(row: Queue, changes: dict[str, Any]) -> bool:
+    """Set `changes` on `row`; whether claims may now take more than before."""
+    loosened = False
+    if "paused" in changes:
+        loosened |= row.paused and not changes["paused"]
+        row.paused = changes["paused"]
+    if "max_in_flight" in changes:
+        new, old = changes["max_in_flight"], row.max_in_flight
+        loosened |= old is not None and (new is None or new > old)
+        row.max_in_flight = new
+    if "rate_per_s" in changes:
+        new_rate, old_rate = changes["rate_per_s"], row.rate_per_s
+        at = current_time()
+        if new_rate is None:
+            row.tokens, row.refilled_at = 0.0, None
+        elif old_rate is None:
+            row.tokens, row.refilled_at = max(1.0, float(new_rate)), at  # a full bucket
+        else:
+            held = restricted.bucket(old_rate, row.tokens, row.refilled_at, at)
+            row.tokens, row.refilled_at = min(held, max(1.0, float(new_rate))), at
+        loosened |= old_rate is not None and (new_rate is None or new_rate > old_rate)
+        row.rate_per_s = None if new_rate is None else float(new_rate)
+    return loosened
+
+
+class SettingsError(BrokerError, ValueError):
+    """Bad queue settings; `fields` names each."""
+
+    status_code = 400
+
+    def __init__(self, fields: dict[str, list[str]]) -> None:
+        self.fields = fields
+        name, messages = next(iter(fields.items()))
+        super().__init__(f"Invalid {name}: {messages[0]}")

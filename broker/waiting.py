@@ -1,0 +1,103 @@
+"""Why a task is not running: GET /jobs/{id}'s `waiting`, and the same on its admin page.
+
+The reasons and their order are API.md's: delayed, retry_backoff, queue_paused, queue_full,
+rate_limited, no_workers, queued. Reads settings, counter rows and claim notes; never a claim.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, Sum
+
+from broker.claimers import workers_seen
+from broker.models import Queue, QueueCounter, Task
+from broker.queue import restricted
+from broker.queue.base import current_time
+from broker.states import State
+from contract.limits import WORKERS_SEEN_S
+
+REASONS = (
+    "delayed", "retry_backoff", "queue_paused", "queue_full", "rate_limited", "no_workers",
+    "queued",
+)  # fmt: skip
+
+
+def _stamp(value: datetime) -> str:
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def explain(task_id: int) -> dict[str, Any] | None:
+    """`waiting` for a ready or delayed task: {"reason", "detail", ...}; None otherwise."""
+    row = (
+        Task.objects.filter(pk=task_id, state__in=(State.READY, State.DELAYED))
+        .values_list("state", "queue", "priority", "available_at", "attempts")
+        .first()
+    )
+    if row is None:
+        return None
+    state, queue_name, priority, available_at, attempts = row
+    if state == State.DELAYED:
+        if attempts:
+            return {"reason": "retry_backoff", "until": _stamp(available_at),
+                    "detail": f"Attempt {attempts} failed; the retry waits until "
+                              f"{_stamp(available_at)}."}  # fmt: skip
+        return {
+            "reason": "delayed",
+            "until": _stamp(available_at),
+            "detail": f"Enqueued with a delay: it becomes ready at {_stamp(available_at)}.",
+        }
+    return _held(queue_name) or _queued(task_id, queue_name, priority, available_at)
+
+
+def _held(queue_name: str) -> dict[str, Any] | None:
+    """The first reason the queue's settings or its workers give a ready task, if any."""
+    settings = Queue.objects.filter(name=queue_name).first()
+    if settings is not None and settings.paused:
+        return {
+            "reason": "queue_paused",
+            "detail": f"The queue {queue_name!r} is paused: claims take nothing from it.",
+        }
+    if settings is not None and settings.max_in_flight is not None:
+        in_flight = (
+            QueueCounter.objects.filter(queue=queue_name).aggregate(n=Sum("handed_out"))["n"] or 0
+        )
+        if in_flight >= settings.max_in_flight:
+            return {"reason": "queue_full",
+                    "detail": f"The queue {queue_name!r} has {in_flight} tasks handed out, its "
+                              f"max_in_flight is {settings.max_in_flight}."}  # fmt: skip
+    if settings is not None and settings.rate_per_s is not None:
+        tokens = restricted.bucket(
+            settings.rate_per_s, settings.tokens, settings.refilled_at, current_time()
+        )
+        if tokens < 1:
+            return {
+                "reason": "rate_limited",
+                "detail": f"The queue {queue_name!r} hands out at most "
+                f"{settings.rate_per_s:g} tasks a second, and has just done so.",
+            }
+    if not workers_seen(queue_name):
+        return {"reason": "no_workers",
+                "detail": f"No claim request that could take from {queue_name!r} came in the "
+                          f"last {WORKERS_SEEN_S} s."}  # fmt: skip
+    return None
+
+
+def _queued(task_id: int, queue_name: str, priority: int, available_at: datetime) -> dict[str, Any]:
+    """`queued`, with how many ready tasks of the queue are claimed before this one."""
+    ahead = (
+        Task.objects.ready([queue_name])
+        .filter(
+            Q(priority__lt=priority)
+            | Q(priority=priority, available_at__lt=available_at)
+            | Q(priority=priority, available_at=available_at, pk__lt=task_id)
+        )
+        .count()
+    )
+    detail = (
+        "Next in line: the next claim of its queue takes it."
+        if ahead == 0
+        else f"{ahead} ready task{'s' if ahead != 1 else ''} of its queue go first."
+    )
+    return {"reason": "queued", "ahead": ahead, "detail": detail}
