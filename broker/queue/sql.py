@@ -367,6 +367,12 @@ _NACK_ITEMS = (
     " %(nack_jitter)b::float8[]) WITH ORDINALITY AS k(id, lease_id, body, jitter, n)"
 )
 _RETRY = "p.retry"
+# A settled task frees a slot of a queue that caps its tasks in flight: wake its claimers.
+_FREED = (
+    f", freed AS (SELECT pg_notify('{CHANNEL}', m.queue || ':' || count(*)) FROM moved m"
+    f" JOIN {QUEUE_TABLE} s ON s.name = m.queue WHERE s.max_in_flight IS NOT NULL"
+    " AND NOT s.paused GROUP BY m.queue)"
+)
 
 
 def _settle(acks: bool, nacks: bool) -> str:
@@ -437,11 +443,7 @@ def _settle(acks: bool, nacks: bool) -> str:
         f" t.state AS n, {bucket('extract(epoch FROM %(now)s - p.claimed_at)')} AS b,"
         " greatest((extract(epoch FROM %(now)s - p.claimed_at) * 1000000)::bigint, 0) AS us"
         f"{errors}"
-        f"), counted AS ({counted('moved', events, timed=True)})"
-        # A settled task frees a slot of a queue that caps its tasks in flight: wake its claimers.
-        f", freed AS (SELECT pg_notify('{CHANNEL}', m.queue || ':' || count(*)) FROM moved m"
-        f" JOIN {QUEUE_TABLE} s ON s.name = m.queue WHERE s.max_in_flight IS NOT NULL"
-        " AND NOT s.paused GROUP BY m.queue)"
+        f"), counted AS ({counted('moved', events, timed=True)}){_FREED}"
         " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
         "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2 ELSE 1 END,"
         " m.queue, m.attempts, m.n, (SELECT count(*) FROM freed)"
@@ -461,8 +463,8 @@ ACK_ONE = (
     " RETURNING t.queue, t.attempts, 'handed_out'::text AS o, t.state AS n,"
     f" {bucket('extract(epoch FROM %(now)s - t.claimed_at)')} AS b,"
     " greatest((extract(epoch FROM %(now)s - t.claimed_at) * 1000000)::bigint, 0) AS us"
-    f"), counted AS ({counted('moved', ('ack',), timed=True)})"
-    " SELECT queue, attempts FROM moved"
+    f"), counted AS ({counted('moved', ('ack',), timed=True)}){_FREED}"
+    " SELECT queue, attempts, (SELECT count(*) FROM freed) FROM moved"
 )
 SETTLE_ACKS = _settle(acks=True, nacks=False)
 SETTLE_NACKS = _settle(acks=False, nacks=True)
