@@ -45,6 +45,7 @@ test-sqlite: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 

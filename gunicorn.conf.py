@@ -6,6 +6,7 @@ DRF stay plain synchronous code. Keep-alive connections between requests wait in
 not in a thread. Each process serves `threads` requests at once, parked ones included, so
 2 x 256 leaves room for hundreds of parked workers and the producers beside them.
 """
+
 import os
 
 from broker.api import gunicorn_errors

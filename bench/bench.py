@@ -5,6 +5,7 @@ Starts gunicorn from gunicorn.conf.py (plus a second broker process for the cros
 and the sweeper, then measures with http.client (one keep-alive connection per thread) and prints a
 table; the figures also go to bench-out/bench.json. Not a test: nothing here passes or fails.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -58,7 +59,11 @@ def free_port() -> int:
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
 
@@ -128,8 +133,9 @@ def drain(port: int, n: int, batch: bool) -> float:
                 status, body = c.call("POST", "/jobs/claim", {"max": 10, "wait_ms": 500})
                 if status == 204:
                     continue
-                acks = [{"id": d["task"]["id"], "lease_id": d["lease_id"]}
-                        for d in body["deliveries"]]
+                acks = [
+                    {"id": d["task"]["id"], "lease_id": d["lease_id"]} for d in body["deliveries"]
+                ]
                 c.call("POST", "/jobs/ack", {"acks": acks})
                 got = len(acks)
             else:
@@ -191,7 +197,10 @@ def inprocess(cycles: int = 1000) -> dict[str, float]:
     """bench/inprocess.py's CPU per task (the WSGI app called in-process: the stable figure)."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "inprocess.py"), "--cycles", str(cycles)],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     figures = {}
     for line in run.stdout.splitlines():
@@ -230,14 +239,23 @@ def main() -> None:
     dsn = f"{PG}/{name}"
     out = ROOT / "bench-out"
     out.mkdir(exist_ok=True)
-    env = dict(os.environ, DATABASE_URL=dsn, DEBUG="False", SECRET_KEY="bench-only",
-               ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING")
+    env = dict(
+        os.environ,
+        DATABASE_URL=dsn,
+        DEBUG="False",
+        SECRET_KEY="bench-only",
+        ALLOWED_HOSTS="127.0.0.1",
+        LOG_LEVEL="WARNING",
+    )
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     port, port_b = free_port(), free_port()
     procs = [
         start([str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"], env, out / "gunicorn.log"),
-        start([str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port_b}", "--workers", "1"], env,
-              out / "gunicorn-b.log"),
+        start(
+            [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port_b}", "--workers", "1"],
+            env,
+            out / "gunicorn-b.log",
+        ),
         start([sys.executable, "manage.py", "runsweeper"], env, out / "sweeper.log"),
     ]
     results.update(n=N, bulk_n=BULK_N, finished_rows=FINISHED_ROWS)

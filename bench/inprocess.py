@@ -10,6 +10,7 @@ Creates and drops its own PostgreSQL database (BENCH_PG names the server). Print
   settle10 POST /jobs/claim {"max": 10, "acks": [the previous 10]}    (one request per 10)
 --profile adds a cProfile of each, timed by CPU, not wall (PostgreSQL's own CPU is not here).
 """
+
 from __future__ import annotations
 
 import cProfile
@@ -32,8 +33,12 @@ DB = f"bench_inprocess_{os.getpid()}"
 def _setup() -> Callable[..., bytes]:
     sys.path.insert(0, str(ROOT))
     os.environ.update(
-        DATABASE_URL=f"{PG}/{DB}", DJANGO_SETTINGS_MODULE="queueproject.settings",
-        DEBUG="False", SECRET_KEY="bench-only", ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING",
+        DATABASE_URL=f"{PG}/{DB}",
+        DJANGO_SETTINGS_MODULE="queueproject.settings",
+        DEBUG="False",
+        SECRET_KEY="bench-only",
+        ALLOWED_HOSTS="127.0.0.1",
+        LOG_LEVEL="WARNING",
     )
     import django
     from django.core.management import call_command
@@ -43,11 +48,19 @@ def _setup() -> Callable[..., bytes]:
     from queueproject.wsgi import application
 
     def call(method: str, path: str, qs: str = "", body: bytes = b"") -> bytes:
-        env = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": qs,
-               "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8080", "HTTP_HOST": "127.0.0.1",
-               "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)),
-               "CONTENT_TYPE": "application/json", "wsgi.url_scheme": "http",
-               "SERVER_PROTOCOL": "HTTP/1.1"}
+        env = {
+            "REQUEST_METHOD": method,
+            "PATH_INFO": path,
+            "QUERY_STRING": qs,
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8080",
+            "HTTP_HOST": "127.0.0.1",
+            "wsgi.input": io.BytesIO(body),
+            "CONTENT_LENGTH": str(len(body)),
+            "CONTENT_TYPE": "application/json",
+            "wsgi.url_scheme": "http",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+        }
         status: list[str] = []
         result = application(env, lambda s, h, e=None: status.append(s))
         data = b"".join(result)
@@ -107,8 +120,9 @@ def run(call: Callable[..., bytes], cycles: int, profile: bool) -> None:
     measure("settle10", settle, cycles, 10, profile)
 
 
-def measure(name: str, step: Callable[[], None], cycles: int, per_cycle: int,
-            profile: bool) -> None:
+def measure(
+    name: str, step: Callable[[], None], cycles: int, per_cycle: int, profile: bool
+) -> None:
     for _ in range(max(50, cycles // 10)):
         step()
     cpu, wall = time.process_time(), time.perf_counter()
@@ -117,8 +131,10 @@ def measure(name: str, step: Callable[[], None], cycles: int, per_cycle: int,
     n = cycles * per_cycle
     cpu_ms = 1000 * (time.process_time() - cpu) / n
     wall_ms = 1000 * (time.perf_counter() - wall) / n
-    print(f"{name:9s} {cpu_ms:.3f} ms CPU per task, {wall_ms:.3f} ms wall per task ({n} tasks)",
-          flush=True)
+    print(
+        f"{name:9s} {cpu_ms:.3f} ms CPU per task, {wall_ms:.3f} ms wall per task ({n} tasks)",
+        flush=True,
+    )
     if profile:
         prof = cProfile.Profile(time.process_time)
         prof.enable()

@@ -9,6 +9,7 @@ attempts. Prints the resident memory of the broker and worker processes every mi
 and prints the totals with their invariants. Not a test: exit 1 only when the totals do not
 balance. Process output goes to bench-out/soak/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,7 +65,11 @@ def free_port() -> int:
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
 
@@ -105,8 +110,10 @@ class Producer(threading.Thread):
             if due > now:
                 time.sleep(due - now)
             fail = n % 10 == 9
-            body = {"payload": {"n": n, "fail": True} if fail else {"n": n},
-                    "max_attempts": MAX_ATTEMPTS}
+            body = {
+                "payload": {"n": n, "fail": True} if fail else {"n": n},
+                "max_attempts": MAX_ATTEMPTS,
+            }
             n += 1
             try:
                 status, _ = self.conn.call("POST", "/jobs", body)
@@ -134,9 +141,11 @@ def wait_healthy(port: int) -> None:
 def memory_line(minute: int, procs: dict[str, subprocess.Popen], stats: dict) -> str:
     mem = "  ".join(f"{name} {rss_mb(p):6.1f}" for name, p in procs.items())
     totals = stats["totals"]
-    return (f"{minute:>3} min | RSS MiB: {mem} | enqueued {totals['enqueued']:>6} "
-            f"acked {totals['acked']:>6} dead {stats['dead']:>5} ready {stats['ready']:>4} "
-            f"handed_out {stats['handed_out']:>3} delayed {stats['delayed']:>3}")
+    return (
+        f"{minute:>3} min | RSS MiB: {mem} | enqueued {totals['enqueued']:>6} "
+        f"acked {totals['acked']:>6} dead {stats['dead']:>5} ready {stats['ready']:>4} "
+        f"handed_out {stats['handed_out']:>3} delayed {stats['delayed']:>3}"
+    )
 
 
 def main() -> int:
@@ -152,25 +161,38 @@ def main() -> int:
     out = ROOT / "bench-out" / "soak"
     out.mkdir(parents=True, exist_ok=True)
     jobs_log = Path(tempfile.mkdtemp(prefix="soak-")) / "jobs.log"
-    env = dict(os.environ, DATABASE_URL=f"{PG}/{name}", DEBUG="False", SECRET_KEY="soak-only",
-               ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING")
+    env = dict(
+        os.environ,
+        DATABASE_URL=f"{PG}/{name}",
+        DEBUG="False",
+        SECRET_KEY="soak-only",
+        ALLOWED_HOSTS="127.0.0.1",
+        LOG_LEVEL="WARNING",
+    )
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
     manage = [sys.executable, "manage.py"]
-    procs = {"broker": start([str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"], env,
-                             out / "gunicorn.log")}
+    procs = {
+        "broker": start(
+            [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"], env, out / "gunicorn.log"
+        )
+    }
     procs["sweeper"] = start([*manage, "runsweeper"], env, out / "sweeper.log")
     broker_url = f"http://127.0.0.1:{port}"
     for i in (1, 2):
         procs[f"worker{i}"] = start(
             [*manage, "runworker", "--broker", broker_url, "--log-file", str(jobs_log)],
-            env, out / f"worker{i}.log",
+            env,
+            out / f"worker{i}.log",
         )
     ok = False
     try:
         wait_healthy(port)
-        print(f"soak: {args.minutes:g} min at {args.rate:g} tasks/s, 1 in 10 failing; "
-              f"database {name}; gunicorn {broker_url}", flush=True)
+        print(
+            f"soak: {args.minutes:g} min at {args.rate:g} tasks/s, 1 in 10 failing; "
+            f"database {name}; gunicorn {broker_url}",
+            flush=True,
+        )
         stats_conn = Conn(port)
         producer = Producer(port, args.rate, args.minutes * 60)
         started = time.monotonic()
@@ -192,8 +214,9 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def report(producer: Producer, conn: Conn, procs: dict[str, subprocess.Popen],
-           first: dict[str, float]) -> bool:
+def report(
+    producer: Producer, conn: Conn, procs: dict[str, subprocess.Popen], first: dict[str, float]
+) -> bool:
     """Drain, print the totals and the memory change; True when the totals balance."""
     end = time.monotonic() + 120
     while time.monotonic() < end:
@@ -204,21 +227,29 @@ def report(producer: Producer, conn: Conn, procs: dict[str, subprocess.Popen],
     t = stats["totals"]
     last = {k: rss_mb(p) for k, p in procs.items()}
     checks = {
-        "drained (nothing ready, handed out or delayed)":
-            stats["ready"] + stats["handed_out"] + stats["delayed"] == 0,
+        "drained (nothing ready, handed out or delayed)": stats["ready"]
+        + stats["handed_out"]
+        + stats["delayed"]
+        == 0,
         "enqueued == tasks that got a 201": t["enqueued"] == producer.sent,
         "acked == tasks that did not ask to fail": t["acked"] == producer.sent - producer.failing,
         "dead == tasks that asked to fail": stats["dead"] == producer.failing,
-        "nacked + reclaimed == retried + buried":
-            t["nacked"] + t["reclaimed"] == t["retried"] + t["buried"],
-        "delivered == acked + nacked + reclaimed":
-            t["delivered"] == t["acked"] + t["nacked"] + t["reclaimed"],
+        "nacked + reclaimed == retried + buried": t["nacked"] + t["reclaimed"]
+        == t["retried"] + t["buried"],
+        "delivered == acked + nacked + reclaimed": t["delivered"]
+        == t["acked"] + t["nacked"] + t["reclaimed"],
     }
-    print(f"producer: {producer.sent} accepted ({producer.failing} asking to fail), "
-          f"answers {producer.statuses}, send errors {producer.errors}")
+    print(
+        f"producer: {producer.sent} accepted ({producer.failing} asking to fail), "
+        f"answers {producer.statuses}, send errors {producer.errors}"
+    )
     print("totals: " + ", ".join(f"{k} {v}" for k, v in t.items()))
-    print("memory (after minute 1 -> after draining, MiB): " + ", ".join(
-        f"{k} {first[k]:.1f} -> {last[k]:.1f} ({last[k] - first[k]:+.1f})" for k in procs))
+    print(
+        "memory (after minute 1 -> after draining, MiB): "
+        + ", ".join(
+            f"{k} {first[k]:.1f} -> {last[k]:.1f} ({last[k] - first[k]:+.1f})" for k in procs
+        )
+    )
     for what, held in checks.items():
         print(f"  [{'ok' if held else 'FAILED'}] {what}")
     return all(checks.values())

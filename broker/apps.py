@@ -1,4 +1,5 @@
 """The broker app."""
+
 from django.apps import AppConfig
 
 

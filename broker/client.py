@@ -4,6 +4,7 @@ Imports nothing from Django at module level, so `import broker` works before Dja
 the call itself needs a configured Django project whose default database holds the broker's
 tables.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,11 @@ def enqueue(
     from broker import queue as broker_queue
 
     options = {
-        "queue": queue, "priority": priority, "max_attempts": max_attempts,
-        "delay_ms": _delay_ms(delay_ms, run_after), "type": type,
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "delay_ms": _delay_ms(delay_ms, run_after),
+        "type": type,
         "idempotency_key": idempotency_key,
     }
     try:

@@ -1,4 +1,5 @@
 """A pooled-connection health check that costs a syscall, not a round trip, per request."""
+
 from __future__ import annotations
 
 import select

@@ -1,4 +1,5 @@
 """A @task to try the django.tasks backend with: `manage.py submit --type django_task` runs it."""
+
 from __future__ import annotations
 
 from django_tasks import task

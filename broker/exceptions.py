@@ -1,4 +1,5 @@
 """The broker's errors; each knows its HTTP status, and its docstring is the default message."""
+
 from __future__ import annotations
 
 

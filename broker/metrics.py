@@ -5,6 +5,7 @@ rest summed as `other`) and the processing histogram are `/stats`'s, read in one
 the counter rows that every transition moves in its own transaction: one query per scrape, the
 same whichever gunicorn worker answers.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping

@@ -1,4 +1,5 @@
 """Tasks, their error history and the lifetime counters."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -267,9 +268,7 @@ class Schedule(models.Model):
     class Meta:
         ordering = ["name"]
         indexes = [
-            models.Index(
-                fields=["next_run_at"], condition=Q(paused=False), name="schedule_due_idx"
-            )
+            models.Index(fields=["next_run_at"], condition=Q(paused=False), name="schedule_due_idx")
         ]
 
     def __str__(self) -> str:

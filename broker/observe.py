@@ -1,4 +1,5 @@
 """What a transition reports besides itself: one log line, and its processing-duration bucket."""
+
 from __future__ import annotations
 
 import logging
@@ -50,6 +51,12 @@ def moved(
         parts.append(f"attempts={attempts}")
     log.info(
         " ".join(parts),
-        extra={"task_id": task, "queue": queue, "from_state": source, "to_state": target,
-               "attempts": attempts, "count": count},
+        extra={
+            "task_id": task,
+            "queue": queue,
+            "from_state": source,
+            "to_state": target,
+            "attempts": attempts,
+            "count": count,
+        },
     )

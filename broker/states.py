@@ -1,4 +1,5 @@
 """Task states, the transition table and retry backoff: pure, no queries, no settings."""
+
 from __future__ import annotations
 
 from django.db import models

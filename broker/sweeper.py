@@ -1,5 +1,6 @@
 """One sweep: reclaim expired leases, promote delayed tasks that are due (which wakes claimers),
 fire the schedules that are due, and prune finished tasks older than BROKER_RETENTION."""
+
 from __future__ import annotations
 
 import logging

@@ -11,6 +11,7 @@ payload names the function by dotted path with its args and kwargs. runworker's 
 type imports and runs it if the path is allowed, and acks its return value or nacks the
 traceback. get_result() reads the task row back.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,15 @@ from contract.limits import MAX_DELAY_DAYS, MAX_DELAY_MS, QUEUE_RE, QUEUE_RULE, 
 
 # TaskNotAllowedError is re-exported: results name the class by this module's path.
 __all__ = [
-    "BACKEND_PATH", "JOB_TYPE", "BrokerBackend", "BrokerTaskError", "TaskCancelledError",
-    "TaskNotAllowedError", "broker_priority", "is_allowed", "task_error",
+    "BACKEND_PATH",
+    "JOB_TYPE",
+    "BrokerBackend",
+    "BrokerTaskError",
+    "TaskCancelledError",
+    "TaskNotAllowedError",
+    "broker_priority",
+    "is_allowed",
+    "task_error",
 ]
 
 T = TypeVar("T")
@@ -115,7 +123,9 @@ class BrokerBackend(BaseTaskBackend):
         self.validate_task(task)
         args, kwargs = normalize_json(args), normalize_json(kwargs)
         payload = {
-            "path": task.module_path, "args": args, "kwargs": kwargs,
+            "path": task.module_path,
+            "args": args,
+            "kwargs": kwargs,
             "priority": task.priority,
             "run_after": task.run_after.isoformat() if task.run_after else None,
         }
@@ -137,9 +147,18 @@ class BrokerBackend(BaseTaskBackend):
             raise InvalidTaskError(str(exc)) from exc
         pk, _ = queue.enqueue(spec)
         result: TaskResult[T] = TaskResult(
-            task=task, id=str(pk), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
-            started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
-            backend=self.alias, errors=[], worker_ids=[],
+            task=task,
+            id=str(pk),
+            status=TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
         )
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -156,18 +175,29 @@ class BrokerBackend(BaseTaskBackend):
         task = self._task_for(payload, row.queue, result_id)
         errors = [task_error(e) for e in row.error_history.values_list("error", flat=True)]
         if row.state == "cancelled":
-            errors.append(TaskError(exception_class_path=get_module_path(TaskCancelledError),
-                                    traceback="cancelled in the broker"))
+            errors.append(
+                TaskError(
+                    exception_class_path=get_module_path(TaskCancelledError),
+                    traceback="cancelled in the broker",
+                )
+            )
         finished = row.state in ("done", "dead", "cancelled")
         # The broker names only the worker holding the task, not those of earlier attempts.
         worker_ids = ["unknown"] * row.attempts
         if worker_ids and row.state == "handed_out" and row.worker:
             worker_ids[-1] = row.worker
         result = TaskResult(
-            task=task, id=str(row.pk), status=_STATUS[row.state], enqueued_at=row.created_at,
-            started_at=row.claimed_at, last_attempted_at=row.claimed_at,
-            finished_at=row.updated_at if finished else None, args=payload.get("args", []),
-            kwargs=payload.get("kwargs", {}), backend=self.alias, errors=errors,
+            task=task,
+            id=str(row.pk),
+            status=_STATUS[row.state],
+            enqueued_at=row.created_at,
+            started_at=row.claimed_at,
+            last_attempted_at=row.claimed_at,
+            finished_at=row.updated_at if finished else None,
+            args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}),
+            backend=self.alias,
+            errors=errors,
             worker_ids=worker_ids,
         )
         if row.state == "done":

@@ -6,6 +6,7 @@ cost one claim query per new task, not 200. One thread per process listens (Post
 (SQLite, or PostgreSQL while the listening connection is down); parked requests never touch the
 database while they wait.
 """
+
 from __future__ import annotations
 
 import logging

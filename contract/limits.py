@@ -127,8 +127,11 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
     ),
     ("schedule name", f"`{SCHEDULE_NAME_RULE}`", "`POST /schedules`"),
     ("every_s", f"1 to {MAX_EVERY_S} (366 days)", "`POST /schedules`"),
-    ("cron", f"5 fields, at most {MAX_CRON} characters, in `timezone` (default UTC)",
-     "`POST /schedules`"),
+    (
+        "cron",
+        f"5 fields, at most {MAX_CRON} characters, in `timezone` (default UTC)",
+        "`POST /schedules`",
+    ),
 )
 
 

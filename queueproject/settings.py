@@ -1,4 +1,5 @@
 """Settings: the only module that reads the environment (django-environ)."""
+
 import ipaddress
 import re
 import warnings
@@ -254,7 +255,8 @@ BROKER_TASKS_ALLOWED = env.list("BROKER_TASKS_ALLOWED", default=[])
 # stops the process at start instead of failing enqueues.
 BROKER_FETCH_ALLOWED_NETWORKS = [
     str(ipaddress.ip_network(n.strip(), strict=False))
-    for n in env.list("BROKER_FETCH_ALLOWED_NETWORKS", default=[]) if n.strip()
+    for n in env.list("BROKER_FETCH_ALLOWED_NETWORKS", default=[])
+    if n.strip()
 ]
 
 LOGGING = {

@@ -1,4 +1,5 @@
 """Shared fixtures: API client, task factory, database-kind markers."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Real processes for tests: gunicorn, runsweeper, runworker, produce on free ports, by PID."""
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,11 @@ class Proc:
         self.args, self.log_path = args, log
         self._log = open(log, "wb")
         self.popen = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -153,8 +158,14 @@ def gunicorn(
     port = free_port()
     tls_args = ["--certfile", str(tls[0]), "--keyfile", str(tls[1])] if tls else []
     proc = Proc(
-        [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}", "--workers",
-         env.pop("WORKERS", "2"), *tls_args],
+        [
+            str(VENV_BIN / "gunicorn"),
+            "-b",
+            f"127.0.0.1:{port}",
+            "--workers",
+            env.pop("WORKERS", "2"),
+            *tls_args,
+        ],
         child_env(db_url, **env),
         tmp / f"{name}.log",
     )

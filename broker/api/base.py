@@ -1,4 +1,5 @@
 """The API's view base: DRF's APIView without the per-request work that has one answer."""
+
 from __future__ import annotations
 
 from typing import Any

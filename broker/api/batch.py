@@ -1,4 +1,5 @@
 """Batch endpoints: one round trip for many tasks (API.md, "Batch endpoints")."""
+
 from __future__ import annotations
 
 from typing import Any

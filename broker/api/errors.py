@@ -1,4 +1,5 @@
 """Every error the API answers is JSON: {"error": "<sentence>", "fields": {...}}."""
+
 from __future__ import annotations
 
 import logging
@@ -15,6 +16,7 @@ from contract.errors import flatten
 __all__ = ["ValidationFailed", "error_body", "exception_handler", "flatten", "json_error"]
 
 log = logging.getLogger(__name__)
+
 
 class ValidationFailed(BrokerError):
     """The request has invalid fields."""

@@ -3,6 +3,7 @@ as JSON like every other error of the API, instead of gunicorn's HTML page.
 
 Installed by gunicorn.conf.py before the workers fork; imports nothing from Django.
 """
+
 from __future__ import annotations
 
 import json

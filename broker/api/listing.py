@@ -1,4 +1,5 @@
 """GET /jobs, /jobs/{id} and /dlq: newest first, keyset-paginated so a walk sees each task once."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Guards in front of every API view: body limit, bearer tokens, and JSON for every error."""
+
 from __future__ import annotations
 
 import hashlib

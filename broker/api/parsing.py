@@ -1,4 +1,5 @@
 """Request bodies and query strings → validated values; anything else is a 400 naming the field."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,16 @@ if TYPE_CHECKING:
 
 # Names the views and batch endpoints read from here; each is defined once, in contract/.
 __all__ = [
-    "DEFAULT_LEASE_MS", "DEFAULT_WAIT_MS", "MAX_JSON_DEPTH", "MAX_LEASE_MS", "MAX_WAIT_MS",
-    "QUEUE_PATTERN", "StrictIntegerField", "StrictSerializer", "ValidationFailed", "task_id",
+    "DEFAULT_LEASE_MS",
+    "DEFAULT_WAIT_MS",
+    "MAX_JSON_DEPTH",
+    "MAX_LEASE_MS",
+    "MAX_WAIT_MS",
+    "QUEUE_PATTERN",
+    "StrictIntegerField",
+    "StrictSerializer",
+    "ValidationFailed",
+    "task_id",
 ]
 from broker.exceptions import BrokerError
 

@@ -1,4 +1,5 @@
 """JSON rendering with orjson: fast, and able to splice stored JSON text in unchanged."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Tasks and deliveries as the JSON shapes of API.md."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -52,7 +53,10 @@ class ShownError(NamedTuple):
 def _shown_error(e: ShownError) -> dict[str, Any]:
     truncated = e.length > len(e.head)
     shown: dict[str, Any] = {
-        "attempt": e.attempt, "at": timestamp(e.at), "error": e.head, "truncated": truncated
+        "attempt": e.attempt,
+        "at": timestamp(e.at),
+        "error": e.head,
+        "truncated": truncated,
     }
     if truncated:
         shown["length"] = e.length

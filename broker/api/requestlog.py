@@ -1,4 +1,5 @@
 """One INFO line per request: method, path, status, duration. Never headers or the query string."""
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,12 @@ class RequestLogMiddleware:
             _quoted(request.path),
             response.status_code,
             ms,
-            extra={"method": request.method, "path": request.path,
-                   "status": response.status_code, "duration_ms": round(ms, 1)},
+            extra={
+                "method": request.method,
+                "path": request.path,
+                "status": response.status_code,
+                "duration_ms": round(ms, 1),
+            },
         )
         return response
 

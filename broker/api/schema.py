@@ -4,6 +4,7 @@ Every operation is written out (`extend_schema(operation=...)`, attached through
 extensions, so the views stay plain); `finish_schema` adds what every operation shares: the
 bearer security when BROKER_API_TOKENS is set, and the 401, 413, 414, 415, 431 and 503 answers.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,14 @@ def _error(description: str) -> Schema:
 
 
 def _query(name: str, schema: Schema, description: str, **extra: Any) -> Schema:
-    return {"name": name, "in": "query", "required": False, "schema": schema,
-            "description": description, **extra}
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+        **extra,
+    }
 
 
 def _body(schema: Schema, *, required: bool) -> Schema:
@@ -75,25 +82,30 @@ TASK_ID = {
 }
 LEASE_ID = _query("lease_id", {"type": "string"}, "The lease; or `lease_id` in the body.")
 WAIT_MS = _query(
-    "wait_ms", {"type": "integer", "minimum": 0, "default": DEFAULT_WAIT_MS},
-    f"How long to wait for a task; above {MAX_WAIT_MS} counts as {MAX_WAIT_MS}; 0 answers at "
-    "once.",
+    "wait_ms",
+    {"type": "integer", "minimum": 0, "default": DEFAULT_WAIT_MS},
+    f"How long to wait for a task; above {MAX_WAIT_MS} counts as {MAX_WAIT_MS}; 0 answers at once.",
 )
 LEASE_MS = _query(
-    "lease_ms", {"type": "integer", "minimum": MIN_LEASE_MS, "default": DEFAULT_LEASE_MS},
+    "lease_ms",
+    {"type": "integer", "minimum": MIN_LEASE_MS, "default": DEFAULT_LEASE_MS},
     f"Lease length; above {MAX_LEASE_MS} counts as {MAX_LEASE_MS}.",
 )
 CLAIM_QUEUES = _query(
-    "queue", {"type": "array", "items": ref("QueueName")},
+    "queue",
+    {"type": "array", "items": ref("QueueName")},
     "Comma-separated queues to claim from; every queue when absent.",
-    style="form", explode=False,
+    style="form",
+    explode=False,
 )
 LIMIT = _query(
-    "limit", {"type": "integer", "minimum": 1, "default": DEFAULT_PAGE_SIZE},
+    "limit",
+    {"type": "integer", "minimum": 1, "default": DEFAULT_PAGE_SIZE},
     f"Page size; above {MAX_PAGE_SIZE} counts as {MAX_PAGE_SIZE}.",
 )
 CURSOR = _query(
-    "cursor", {"type": "string", "pattern": TASK_ID_PATTERN},
+    "cursor",
+    {"type": "string", "pattern": TASK_ID_PATTERN},
     "Where the page starts: as found in the previous page's `next`.",
 )
 STATE = _query("state", ref("State"), "Only tasks in this state.")
@@ -123,7 +135,9 @@ def _op(op_id: str, summary: str, tag: str, responses: dict[int, Schema], **rest
 
 def _settle(op_id: str, verb: str, request: str) -> Schema:
     return _op(
-        op_id, f"{verb} one leased task", "jobs",
+        op_id,
+        f"{verb} one leased task",
+        "jobs",
         {204: _answer(f"{verb}ed."), 400: BAD_REQUEST, 404: NOT_HELD, 409: OTHER_LEASE},
         parameters=[TASK_ID, LEASE_ID],
         requestBody=_body(ref(request), required=False),
@@ -132,9 +146,13 @@ def _settle(op_id: str, verb: str, request: str) -> Schema:
 
 def _settle_batch(op_id: str, verb: str, request: str) -> Schema:
     return _op(
-        op_id, f"{verb} many leased tasks in one transaction", "batch",
-        {200: _answer("Each item answered as its single call would be.", ref("SettleResults")),
-         400: BAD_REQUEST},
+        op_id,
+        f"{verb} many leased tasks in one transaction",
+        "batch",
+        {
+            200: _answer("Each item answered as its single call would be.", ref("SettleResults")),
+            400: BAD_REQUEST,
+        },
         requestBody=_body(ref(request), required=True),
     )
 
@@ -144,36 +162,63 @@ _LIST_PAGE = _answer("Newest first.", ref("TaskPage"))
 OPERATIONS: dict[str, dict[str, Schema]] = {
     "broker.api.views.JobsView": {
         "post": _op(
-            "enqueue", "Enqueue a task", "jobs",
-            {201: _answer("Created.", ref("Enqueued"), Location=LOCATION),
-             200: _answer("The idempotency key is kept: the first task's id, nothing created.",
-                          ref("Enqueued"), Location=LOCATION),
-             400: BAD_REQUEST},
+            "enqueue",
+            "Enqueue a task",
+            "jobs",
+            {
+                201: _answer("Created.", ref("Enqueued"), Location=LOCATION),
+                200: _answer(
+                    "The idempotency key is kept: the first task's id, nothing created.",
+                    ref("Enqueued"),
+                    Location=LOCATION,
+                ),
+                400: BAD_REQUEST,
+            },
             requestBody=_body(ref("EnqueueRequest"), required=True),
         ),
         "get": _op(
-            "list_jobs", "List tasks", "jobs", {200: _LIST_PAGE, 400: BAD_REQUEST},
+            "list_jobs",
+            "List tasks",
+            "jobs",
+            {200: _LIST_PAGE, 400: BAD_REQUEST},
             parameters=[STATE, QUEUE, TYPE, LIMIT, CURSOR],
         ),
     },
     "broker.api.views.ClaimView": {
         "get": _op(
-            "claim", "Claim one task (long-poll)", "jobs",
-            {200: _answer("A task, under a new lease.", ref("Delivery")),
-             204: _answer("The wait elapsed with nothing to claim."),
-             400: BAD_REQUEST},
+            "claim",
+            "Claim one task (long-poll)",
+            "jobs",
+            {
+                200: _answer("A task, under a new lease.", ref("Delivery")),
+                204: _answer("The wait elapsed with nothing to claim."),
+                400: BAD_REQUEST,
+            },
             parameters=[WAIT_MS, LEASE_MS, CLAIM_QUEUES],
         ),
     },
     "broker.api.views.TaskView": {
-        "get": _op("get_job", "One task, and why it is waiting", "jobs",
-                   {200: _answer("The task; `waiting` is null unless it is ready or delayed.",
-                                 ref("OneTask")), 404: NO_TASK},
-                   parameters=[TASK_ID]),
+        "get": _op(
+            "get_job",
+            "One task, and why it is waiting",
+            "jobs",
+            {
+                200: _answer(
+                    "The task; `waiting` is null unless it is ready or delayed.", ref("OneTask")
+                ),
+                404: NO_TASK,
+            },
+            parameters=[TASK_ID],
+        ),
         "delete": _op(
-            "cancel_job", "Cancel a ready, delayed or handed-out task", "jobs",
-            {204: _answer("Cancelled."), 404: NO_TASK,
-             409: _error("Already done, dead or cancelled.")},
+            "cancel_job",
+            "Cancel a ready, delayed or handed-out task",
+            "jobs",
+            {
+                204: _answer("Cancelled."),
+                404: NO_TASK,
+                409: _error("Already done, dead or cancelled."),
+            },
             parameters=[TASK_ID],
         ),
     },
@@ -181,96 +226,176 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
     "broker.api.views.NackView": {"post": _settle("nack", "Nack", "NackRequest")},
     "broker.api.views.ExtendView": {
         "post": _op(
-            "extend", "Extend a lease (heartbeat)", "jobs",
-            {200: _answer("The new deadline.", ref("Deadline")), 400: BAD_REQUEST,
-             404: NOT_HELD, 409: OTHER_LEASE},
+            "extend",
+            "Extend a lease (heartbeat)",
+            "jobs",
+            {
+                200: _answer("The new deadline.", ref("Deadline")),
+                400: BAD_REQUEST,
+                404: NOT_HELD,
+                409: OTHER_LEASE,
+            },
             parameters=[TASK_ID, LEASE_ID, LEASE_MS],
             requestBody=_body(ref("ExtendRequest"), required=False),
         ),
     },
     "broker.api.views.StatsView": {
-        "get": _op("stats", "Gauges and lifetime counters", "observability",
-                   {200: _answer("Tasks per live state now, and the lifetime totals.",
-                                 ref("Stats"))}),
+        "get": _op(
+            "stats",
+            "Gauges and lifetime counters",
+            "observability",
+            {200: _answer("Tasks per live state now, and the lifetime totals.", ref("Stats"))},
+        ),
     },
     "broker.api.views.DeadLetterView": {
-        "get": _op("list_dlq", "List the dead-letter queue", "dead-letter queue",
-                   {200: _LIST_PAGE, 400: BAD_REQUEST}, parameters=[QUEUE, TYPE, LIMIT, CURSOR]),
+        "get": _op(
+            "list_dlq",
+            "List the dead-letter queue",
+            "dead-letter queue",
+            {200: _LIST_PAGE, 400: BAD_REQUEST},
+            parameters=[QUEUE, TYPE, LIMIT, CURSOR],
+        ),
     },
     "broker.api.views.RequeueView": {
-        "post": _op("requeue", "Requeue a dead task", "dead-letter queue",
-                    {204: _answer("Ready again, attempts reset."),
-                     404: _error(NotInDeadLetterQueue().message)},
-                    parameters=[TASK_ID]),
+        "post": _op(
+            "requeue",
+            "Requeue a dead task",
+            "dead-letter queue",
+            {
+                204: _answer("Ready again, attempts reset."),
+                404: _error(NotInDeadLetterQueue().message),
+            },
+            parameters=[TASK_ID],
+        ),
     },
     "broker.api.views.HealthView": {
-        "get": _op("health", "Liveness and database reachability", "observability",
-                   {200: _answer("Up.", ref("Health")),
-                    503: _error("The database cannot be reached (adds `status`).")}),
+        "get": _op(
+            "health",
+            "Liveness and database reachability",
+            "observability",
+            {
+                200: _answer("Up.", ref("Health")),
+                503: _error("The database cannot be reached (adds `status`)."),
+            },
+        ),
     },
     "broker.metrics.MetricsView": {
         "get": _op(
-            "metrics", "Prometheus metrics", "observability",
-            {200: {"description": "Prometheus text format 0.0.4, read from the database: the "
-                                  "same from every process; counters equal the /stats totals.",
-                   "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            "metrics",
+            "Prometheus metrics",
+            "observability",
+            {
+                200: {
+                    "description": "Prometheus text format 0.0.4, read from the database: the "
+                    "same from every process; counters equal the /stats totals.",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
         ),
     },
     "broker.api.operate.QueuesView": {
-        "get": _op("list_queues", "Every queue: settings and gauges", "queues",
-                   {200: _answer("Queues a task or a setting named, by name.", ref("Queues"))}),
+        "get": _op(
+            "list_queues",
+            "Every queue: settings and gauges",
+            "queues",
+            {200: _answer("Queues a task or a setting named, by name.", ref("Queues"))},
+        ),
     },
     "broker.api.operate.QueueView": {
-        "get": _op("get_queue", "One queue", "queues",
-                   {200: _answer("Its settings and gauges.", ref("Queue")),
-                    404: _error("No task and no setting ever named it.")},
-                   parameters=[QUEUE_NAME]),
+        "get": _op(
+            "get_queue",
+            "One queue",
+            "queues",
+            {
+                200: _answer("Its settings and gauges.", ref("Queue")),
+                404: _error("No task and no setting ever named it."),
+            },
+            parameters=[QUEUE_NAME],
+        ),
         "patch": _op(
-            "set_queue", "Pause, resume or limit a queue (a new name creates its settings)",
-            "queues", {200: _answer("The queue now.", ref("Queue")), 400: BAD_REQUEST},
-            parameters=[QUEUE_NAME], requestBody=_body(ref("QueueSettings"), required=True),
+            "set_queue",
+            "Pause, resume or limit a queue (a new name creates its settings)",
+            "queues",
+            {200: _answer("The queue now.", ref("Queue")), 400: BAD_REQUEST},
+            parameters=[QUEUE_NAME],
+            requestBody=_body(ref("QueueSettings"), required=True),
         ),
     },
     "broker.api.operate.SchedulesView": {
         "post": _op(
-            "create_schedule", "Create a schedule", "schedules",
-            {201: _answer("Created.", ref("Schedule")), 400: BAD_REQUEST,
-             409: _error("A schedule with this name exists.")},
+            "create_schedule",
+            "Create a schedule",
+            "schedules",
+            {
+                201: _answer("Created.", ref("Schedule")),
+                400: BAD_REQUEST,
+                409: _error("A schedule with this name exists."),
+            },
             requestBody=_body(ref("ScheduleRequest"), required=True),
         ),
-        "get": _op("list_schedules", "Every schedule", "schedules",
-                   {200: _answer("By name.", ref("Schedules"))}),
+        "get": _op(
+            "list_schedules",
+            "Every schedule",
+            "schedules",
+            {200: _answer("By name.", ref("Schedules"))},
+        ),
     },
     "broker.api.operate.ScheduleView": {
-        "get": _op("get_schedule", "One schedule", "schedules",
-                   {200: _answer("The schedule.", ref("Schedule")), 404: NO_SCHEDULE},
-                   parameters=[SCHEDULE_NAME]),
-        "patch": _op(
-            "change_schedule", "Pause, resume, retime or change a schedule's job", "schedules",
-            {200: _answer("The schedule now.", ref("Schedule")), 400: BAD_REQUEST,
-             404: NO_SCHEDULE},
-            parameters=[SCHEDULE_NAME], requestBody=_body(ref("ScheduleChanges"), required=True),
+        "get": _op(
+            "get_schedule",
+            "One schedule",
+            "schedules",
+            {200: _answer("The schedule.", ref("Schedule")), 404: NO_SCHEDULE},
+            parameters=[SCHEDULE_NAME],
         ),
-        "delete": _op("delete_schedule", "Delete a schedule", "schedules",
-                      {204: _answer("Deleted."), 404: NO_SCHEDULE}, parameters=[SCHEDULE_NAME]),
+        "patch": _op(
+            "change_schedule",
+            "Pause, resume, retime or change a schedule's job",
+            "schedules",
+            {
+                200: _answer("The schedule now.", ref("Schedule")),
+                400: BAD_REQUEST,
+                404: NO_SCHEDULE,
+            },
+            parameters=[SCHEDULE_NAME],
+            requestBody=_body(ref("ScheduleChanges"), required=True),
+        ),
+        "delete": _op(
+            "delete_schedule",
+            "Delete a schedule",
+            "schedules",
+            {204: _answer("Deleted."), 404: NO_SCHEDULE},
+            parameters=[SCHEDULE_NAME],
+        ),
     },
     "broker.api.batch.EnqueueBatchView": {
         "post": _op(
-            "enqueue_batch", "Enqueue many tasks, all or nothing", "batch",
-            {201: _answer("Created, ids in order.", ref("EnqueuedBatch")),
-             400: _error("A bad item; `fields` names it by index (`jobs.3.max_attempts`).")},
+            "enqueue_batch",
+            "Enqueue many tasks, all or nothing",
+            "batch",
+            {
+                201: _answer("Created, ids in order.", ref("EnqueuedBatch")),
+                400: _error("A bad item; `fields` names it by index (`jobs.3.max_attempts`)."),
+            },
             requestBody=_body(ref("EnqueueBatchRequest"), required=True),
         ),
     },
     "broker.api.batch.ClaimBatchView": {
         "post": _op(
-            "claim_batch", "Claim up to `max` tasks (long-poll)", "batch",
-            {200: _answer(
-                "1 to `max` deliveries; with `acks` or `nacks` given, each item's answer "
-                "(as POST /jobs/ack or /nack gives it) and 0 to `max` deliveries.",
-                {"anyOf": [ref("Deliveries"), ref("SettledAndDeliveries")]}),
-             204: _answer("The wait elapsed with nothing to claim (no `acks` or `nacks` given)."),
-             400: BAD_REQUEST},
+            "claim_batch",
+            "Claim up to `max` tasks (long-poll)",
+            "batch",
+            {
+                200: _answer(
+                    "1 to `max` deliveries; with `acks` or `nacks` given, each item's answer "
+                    "(as POST /jobs/ack or /nack gives it) and 0 to `max` deliveries.",
+                    {"anyOf": [ref("Deliveries"), ref("SettledAndDeliveries")]},
+                ),
+                204: _answer(
+                    "The wait elapsed with nothing to claim (no `acks` or `nacks` given)."
+                ),
+                400: BAD_REQUEST,
+            },
             requestBody=_body(ref("ClaimRequest"), required=False),
         ),
     },

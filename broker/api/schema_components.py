@@ -3,6 +3,7 @@
 Written, not introspected: the views parse bodies themselves, and the contract's fine print
 (unknown fields rejected, which fields take null, the caps) has to be stated exactly.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,7 +39,9 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
     "payload": ANY_JSON,
     "attempts": {**_COUNT, "description": "Deliveries so far, this one included."},
     "max_attempts": {
-        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "nullable": True,
+        "type": "integer",
+        "minimum": limits.MIN_ATTEMPTS,
+        "nullable": True,
         "description": "At most 100 over this API; up to 1000 (an SQS RedrivePolicy), or null "
         "(unlimited: an SQS message without one) for messages sent over `/sqs`.",
     },
@@ -63,11 +66,15 @@ _LISTED_TASK_FIELDS: dict[str, Schema] = {
 _ENQUEUE_FIELDS: dict[str, Schema] = {
     "payload": {**ANY_JSON, "description": "Required (the key must be present); any JSON."},
     "max_attempts": {
-        "type": "integer", "minimum": limits.MIN_ATTEMPTS, "maximum": limits.MAX_ATTEMPTS,
+        "type": "integer",
+        "minimum": limits.MIN_ATTEMPTS,
+        "maximum": limits.MAX_ATTEMPTS,
         "default": limits.DEFAULT_MAX_ATTEMPTS,
     },
     "delay_ms": {
-        "type": "integer", "minimum": 0, "maximum": limits.MAX_DELAY_MS,
+        "type": "integer",
+        "minimum": 0,
+        "maximum": limits.MAX_DELAY_MS,
         "default": limits.DEFAULT_DELAY_MS,
     },
     "queue": {**ref("QueueName")},
@@ -217,8 +224,9 @@ COMPONENTS: dict[str, Schema] = {
         ["name", *_SCHEDULE_CHANGES, "next_run_at", "last_run_at", "last_task_id"],
     ),
     "Schedules": _object({"results": {"type": "array", "items": ref("Schedule")}}, ["results"]),
-    "ScheduleRequest": _object({"name": _SCHEDULE_NAME, **_SCHEDULE_CHANGES}, ["name", "job"],
-                               closed=True),
+    "ScheduleRequest": _object(
+        {"name": _SCHEDULE_NAME, **_SCHEDULE_CHANGES}, ["name", "job"], closed=True
+    ),
     "ScheduleChanges": _object(_SCHEDULE_CHANGES, [], closed=True),
     "TaskPage": _object(
         {
@@ -234,9 +242,7 @@ COMPONENTS: dict[str, Schema] = {
     "EnqueueRequest": _object(_ENQUEUE_FIELDS, ["payload"], closed=True),
     "Enqueued": _object({"id": {"type": "string"}}, ["id"]),
     "Deadline": _object({"deadline": _TIME}, ["deadline"]),
-    "AckRequest": _object(
-        {"lease_id": {"type": "string"}, "result": ANY_JSON}, [], closed=True
-    ),
+    "AckRequest": _object({"lease_id": {"type": "string"}, "result": ANY_JSON}, [], closed=True),
     "NackRequest": _object(
         {"lease_id": {"type": "string"}, "error": _TEXT_OR_NULL}, [], closed=True
     ),
@@ -270,18 +276,19 @@ COMPONENTS: dict[str, Schema] = {
         ["jobs"],
         closed=True,
     ),
-    "EnqueuedBatch": _object(
-        {"ids": {"type": "array", "items": {"type": "string"}}}, ["ids"]
-    ),
+    "EnqueuedBatch": _object({"ids": {"type": "array", "items": {"type": "string"}}}, ["ids"]),
     "ClaimRequest": _object(
         {
             "max": {
-                "type": "integer", "minimum": 1, "maximum": limits.MAX_CLAIM,
+                "type": "integer",
+                "minimum": 1,
+                "maximum": limits.MAX_CLAIM,
                 "default": limits.DEFAULT_CLAIM,
             },
             "wait_ms": {"type": "integer", "minimum": 0, "default": limits.DEFAULT_WAIT_MS},
             "lease_ms": {
-                "type": "integer", "minimum": limits.MIN_LEASE_MS,
+                "type": "integer",
+                "minimum": limits.MIN_LEASE_MS,
                 "default": limits.DEFAULT_LEASE_MS,
             },
             "queues": {"type": "array", "items": ref("QueueName")},

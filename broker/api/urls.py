@@ -1,4 +1,5 @@
 """The API's routes, without trailing slashes as API.md writes them."""
+
 from django.urls import path
 
 from broker.api import batch, operate, views

@@ -1,4 +1,5 @@
 """The HTTP API: each view parses, calls one `broker.queue` function, and serializes."""
+
 from __future__ import annotations
 
 from typing import Any

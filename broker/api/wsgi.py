@@ -1,5 +1,6 @@
 """Two Django handlers in one WSGI app: the JSON API on a short middleware stack, pages for people
 (admin, dashboard, static files, API docs) on the full one."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable

@@ -14,6 +14,7 @@ target states and counters of each move come from `broker.states.TRANSITIONS`.
     counters.py     the counter rows: moving, folding, one-snapshot reads
     sql.py          every statement
 """
+
 from broker.queue.base import (
     LEASE_EXPIRED,
     NO_ERROR_GIVEN,

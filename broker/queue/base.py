@@ -1,4 +1,5 @@
 """What the queue's verbs take and give, and the rules for text they store."""
+
 from __future__ import annotations
 
 import random

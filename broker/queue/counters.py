@@ -1,4 +1,5 @@
 """Counter rows: what a move changes, moving them, folding deferred moves, one-snapshot reads."""
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict

@@ -1,4 +1,5 @@
 """A person's moves: requeue out of the dead-letter queue, and cancel."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -81,8 +82,13 @@ def requeue_many(task_ids: Iterable[int]) -> int:
 
 
 def _ending_lease(target: str) -> dict[str, Any]:
-    return {"state": target, "lease_id": None, "lease_deadline": None, "worker": None,
-            "updated_at": current_time()}
+    return {
+        "state": target,
+        "lease_id": None,
+        "lease_deadline": None,
+        "worker": None,
+        "updated_at": current_time(),
+    }
 
 
 def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> int:
@@ -112,8 +118,12 @@ def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> 
             if target == State.READY:
                 # Each queue's own claimers: a wake for another queue's would be lost on them.
                 announce(Counter(q for _, q, _ in rows))
-        observe.moved("|".join(sorted(sources)), target,
-                      task=rows[0][0] if len(rows) == 1 else None, count=len(rows))
+        observe.moved(
+            "|".join(sorted(sources)),
+            target,
+            task=rows[0][0] if len(rows) == 1 else None,
+            count=len(rows),
+        )
         moved += len(rows)
     return moved
 
@@ -128,5 +138,6 @@ _TRIM = (
 def trim_errors(task_ids: list[int]) -> None:
     """Keep each task's newest MAX_KEPT_ERRORS errors."""
     with connection.cursor() as cursor:
-        cursor.execute(_TRIM.format(ids=", ".join(["%s"] * len(task_ids))),
-                       [*task_ids, MAX_KEPT_ERRORS])
+        cursor.execute(
+            _TRIM.format(ids=", ".join(["%s"] * len(task_ids))), [*task_ids, MAX_KEPT_ERRORS]
+        )

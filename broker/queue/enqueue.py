@@ -1,4 +1,5 @@
 """Enqueue: new tasks → ready, or → delayed when they ask for a delay."""
+
 from __future__ import annotations
 
 from collections import Counter

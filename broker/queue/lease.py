@@ -1,4 +1,5 @@
 """Leases: claim (ready → handed_out), settle (ack → done, nack → delayed or dead), extend."""
+
 from __future__ import annotations
 
 import json
@@ -86,8 +87,9 @@ def claim(
     tasks = [ClaimedTask(*row) for row in found]
     if len(tasks) == 1:
         first = tasks[0]
-        observe.moved(State.READY, _HANDED_OUT, task=first.pk, queue=first.queue,
-                      attempts=first.attempts)
+        observe.moved(
+            State.READY, _HANDED_OUT, task=first.pk, queue=first.queue, attempts=first.attempts
+        )
     elif tasks:
         observe.moved(State.READY, _HANDED_OUT, count=len(tasks))
     claimed = Claimed(Delivery(task, lease_id, deadline) for task in tasks)
@@ -127,8 +129,12 @@ def hand_out_generic(hand: restricted.Hand, found: list[tuple[Any, ...]]) -> lis
     if not found:
         return []
     Task.objects.filter(pk__in=[row[0] for row in found]).update(
-        state=_HANDED_OUT, attempts=F("attempts") + 1, lease_id=hand.lease_id,
-        lease_deadline=hand.deadline, claimed_at=hand.now, worker=hand.worker,
+        state=_HANDED_OUT,
+        attempts=F("attempts") + 1,
+        lease_id=hand.lease_id,
+        lease_deadline=hand.deadline,
+        claimed_at=hand.now,
+        worker=hand.worker,
         updated_at=hand.now,
     )
     moves = [(row[4], State.READY.value, _HANDED_OUT) for row in found]
@@ -165,8 +171,9 @@ def settle(acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[Settled]:
         (one,) = answers
         if one.error is None:
             pk = (acks or nacks)[0][0]
-            observe.moved(_HANDED_OUT, one.state or "", task=pk, queue=one.queue,
-                          attempts=one.attempts)
+            observe.moved(
+                _HANDED_OUT, one.state or "", task=pk, queue=one.queue, attempts=one.attempts
+            )
     else:
         for state, n in Counter(a.state for a in answers if a.error is None).items():
             observe.moved(_HANDED_OUT, state or "", count=n)
@@ -188,17 +195,18 @@ def _ack_one_pg(pk: int | None, lease_id: str, body: str | None, now: datetime) 
     return Settled(LeaseMismatch if held else TaskNotHeld)
 
 
-def _settle_pg(
-    acks: list[Settle], nacks: list[Settle], now: datetime
-) -> list[Settled]:
+def _settle_pg(acks: list[Settle], nacks: list[Settle], now: datetime) -> list[Settled]:
     params = {
         "acks": len(acks),
-        "ack_ids": [a[0] for a in acks], "ack_leases": [a[1] for a in acks],
+        "ack_ids": [a[0] for a in acks],
+        "ack_leases": [a[1] for a in acks],
         "ack_bodies": [a[2] for a in acks],
-        "nack_ids": [n[0] for n in nacks], "nack_leases": [n[1] for n in nacks],
+        "nack_ids": [n[0] for n in nacks],
+        "nack_leases": [n[1] for n in nacks],
         "nack_bodies": [n[2] for n in nacks],
         "nack_jitter": [random.random() for _ in nacks],  # noqa: S311 -- backoff jitter
-        "now": now, "shard": shard(),
+        "now": now,
+        "shard": shard(),
         "retry_base_ms": settings.BROKER_RETRY_BASE_MS,
         "retry_max_ms": settings.BROKER_RETRY_MAX_MS,
     }
@@ -206,13 +214,13 @@ def _settle_pg(
         statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
         cursor.execute(statement, params)
         rows = cursor.fetchall()
-    return [Settled(_OUTCOMES[code], queue, attempts, state) for _, code, queue, attempts, state, _
-            in rows]
+    return [
+        Settled(_OUTCOMES[code], queue, attempts, state)
+        for _, code, queue, attempts, state, _ in rows
+    ]
 
 
-def _settle_generic(
-    acks: list[Settle], nacks: list[Settle], now: datetime
-) -> list[Settled]:
+def _settle_generic(acks: list[Settle], nacks: list[Settle], now: datetime) -> list[Settled]:
     """settle() as ORM statements (SQLite): the same answers and moves as sql.SETTLE."""
     items = [(*a, True) for a in acks] + [(*n, False) for n in nacks]
     answers: list[Settled] = []
@@ -250,8 +258,9 @@ def _settle_generic(
                 state, available_at = State.DELAYED.value, now + wait
             else:
                 state, available_at = State.DEAD.value, None
-            updates.append((state, available_at, None if is_ack else body,
-                            body if is_ack else None, pk))
+            updates.append(
+                (state, available_at, None if is_ack else body, body if is_ack else None, pk)
+            )
             if not is_ack:
                 errors.append(TaskError(task_id=pk, attempt=attempts, at=now, error=body))
             moves.append((queue, _HANDED_OUT, state))
@@ -260,8 +269,11 @@ def _settle_generic(
         if updates:
             write_settled(updates, now)
             TaskError.objects.bulk_create(errors)
-            endless = [pk for pk, *_ in nacks if pk in done and held[pk][3] is None
-                       and held[pk][2] > MAX_KEPT_ERRORS]
+            endless = [
+                pk
+                for pk, *_ in nacks
+                if pk in done and held[pk][3] is None and held[pk][2] > MAX_KEPT_ERRORS
+            ]
             if endless:
                 trim_errors(endless)  # as sql.SETTLE does: no DLQ requeue will ever trim them
             deltas = counters.count_moves(_SETTLE_EVENTS, moves)
@@ -283,8 +295,14 @@ def write_settled(updates: list[tuple[Any, ...]], now: datetime) -> None:
     ops = connection.ops
     at = ops.adapt_datetimefield_value(now)
     params = [
-        (state, ops.adapt_datetimefield_value(available) if available else None, error, result,
-         at, pk)
+        (
+            state,
+            ops.adapt_datetimefield_value(available) if available else None,
+            error,
+            result,
+            at,
+            pk,
+        )
         for state, available, error, result, pk in updates
     ]
     with connection.cursor() as cursor:

@@ -5,6 +5,7 @@ counter row and their NOTIFY in one statement: one round trip, one commit. Their
 expressions are generated from `states.TRANSITIONS`, so the guards, the target states and the
 counters they move come from one table. Values always go as parameters.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -109,9 +110,8 @@ def upsert(columns: Sequence[str], rows: int) -> str:
 def append_deltas(columns: Sequence[str], rows: int) -> str:
     """Append `rows` delta rows (queue, *columns)."""
     marks = ", ".join(["%s"] * (len(columns) + 1))
-    return (
-        f"INSERT INTO {DELTA_TABLE} (queue, {', '.join(columns)}) VALUES "
-        + ", ".join([f"({marks})"] * rows)
+    return f"INSERT INTO {DELTA_TABLE} (queue, {', '.join(columns)}) VALUES " + ", ".join(
+        [f"({marks})"] * rows
     )
 
 
@@ -138,8 +138,17 @@ def backoff(attempts: str, jitter: str) -> str:
 # -- enqueue ----------------------------------------------------------------------------------
 
 # A new task's columns: what the enqueue gives, or a constant.
-NEW_VALUES = ("state", "queue", "priority", "type", "payload", "max_attempts", "available_at",
-              "idempotency_key", "backoff")
+NEW_VALUES = (
+    "state",
+    "queue",
+    "priority",
+    "type",
+    "payload",
+    "max_attempts",
+    "available_at",
+    "idempotency_key",
+    "backoff",
+)
 _NEW_CONSTANTS = {"attempts": "0", "created_at": "%(now)s", "updated_at": "%(now)s"}
 _NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
 _ENQUEUE_EVENTS = ("enqueue", "enqueue_delayed")
@@ -195,7 +204,14 @@ ENQUEUE_MANY_IN_CALLER_TRANSACTION = _enqueue_many(deferred=True)
 # -- claim ------------------------------------------------------------------------------------
 
 CLAIM_COLUMNS = (
-    "id", "payload", "attempts", "max_attempts", "queue", "priority", "type", "created_at",
+    "id",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "queue",
+    "priority",
+    "type",
+    "created_at",
     "available_at",
 )
 _CLAIM_ORDER = "priority, available_at, id"
@@ -291,9 +307,8 @@ def sqlite_gated_pick(queues: list[str] | None, limit: int) -> tuple[str, list[o
     names = list(queues or ())
     marks = ", ".join(["%s"] * len(names))
     where = f" AND queue IN ({marks})" if names else ""
-    gate = (
-        f"EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE {RESTRICTED}"
-        + (f" AND name IN ({marks}))" if names else ")")
+    gate = f"EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE {RESTRICTED}" + (
+        f" AND name IN ({marks}))" if names else ")"
     )
     statement = (
         f"SELECT * FROM (SELECT {', '.join(CLAIM_COLUMNS)} FROM broker_task"
@@ -398,7 +413,9 @@ def _settle(acks: bool, nacks: bool) -> str:
         result, error, retry = "t.result", "p.body", _RETRY
     available = (
         f"CASE WHEN {retry} THEN %(now)s + p.wait * interval '1 millisecond'"
-        " ELSE t.available_at END" if retry else "t.available_at"
+        " ELSE t.available_at END"
+        if retry
+        else "t.available_at"
     )
     wait = (
         ", (t.max_attempts IS NULL OR t.attempts < t.max_attempts) AS retry,"
@@ -407,8 +424,9 @@ def _settle(acks: bool, nacks: bool) -> str:
         else ""
     )
     events = ("ack",) * acks + ("nack_retry", "nack_bury") * nacks
-    ids = " || ".join(p for p, on in (("%(ack_ids)b::bigint[]", acks),
-                                      ("%(nack_ids)b::bigint[]", nacks)) if on)
+    ids = " || ".join(
+        p for p, on in (("%(ack_ids)b::bigint[]", acks), ("%(nack_ids)b::bigint[]", nacks)) if on
+    )
     # A task with unlimited attempts (max_attempts NULL) never reaches the DLQ, where a requeue
     # would trim its history: its nacks keep the newest errors only (this one is not yet visible
     # to the DELETE, hence one fewer).

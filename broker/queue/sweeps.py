@@ -1,4 +1,5 @@
 """The sweeper's moves: reclaim expired leases, promote delayed tasks that are due, prune."""
+
 from __future__ import annotations
 
 from collections import Counter

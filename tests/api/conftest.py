@@ -1,4 +1,5 @@
 """API-test helpers: JSON posts, enqueue/claim shortcuts, and the invariant after every test."""
+
 from __future__ import annotations
 
 import re

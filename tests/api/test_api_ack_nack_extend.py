@@ -1,4 +1,5 @@
 """POST /jobs/{id}/ack, /nack and /extend: 204/200, 400, 404, 409, results and error history."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -94,8 +95,9 @@ def test_ack__unknown_body_field__400(api_client, held) -> None:
 
 def test_ack__invalid_json_body__400(api_client, held) -> None:
     task_id, lease = held
-    r = api_client.post(f"/jobs/{task_id}/ack?lease_id={lease}", b"{nope",
-                        content_type="application/json")
+    r = api_client.post(
+        f"/jobs/{task_id}/ack?lease_id={lease}", b"{nope", content_type="application/json"
+    )
     assert r.status_code == 400
     assert r.json()["error"]
 
@@ -112,7 +114,6 @@ def test_ack__result_nested_too_deep__400_never_500(api_client, enqueue, claim, 
     assert task(task_id)["state"] == "handed_out"
 
 
-
 @pytest.mark.parametrize("action", ["ack", "nack", "extend"])
 def test_settle__lease_id_with_nul__400_not_503(api_client, held, task, action: str) -> None:
     task_id, _ = held
@@ -120,6 +121,7 @@ def test_settle__lease_id_with_nul__400_not_503(api_client, held, task, action: 
     assert r.status_code == 400
     assert list(r.json()["fields"]) == ["lease_id"]
     assert task(task_id)["state"] == "handed_out"
+
 
 # -- nack -------------------------------------------------------------------------------------
 
@@ -157,7 +159,9 @@ def test_nack__every_attempt__each_error_kept_then_dead(api_client, enqueue, cla
     got = task(task_id)
     assert (got["state"], got["attempts"], got["last_error"]) == ("dead", 3, "try 3")
     assert [(e["attempt"], e["error"]) for e in got["errors"]] == [
-        (1, "try 1"), (2, "try 2"), (3, "try 3"),
+        (1, "try 1"),
+        (2, "try 2"),
+        (3, "try 3"),
     ]
     totals = queue.totals()
     assert (totals["nacked"], totals["retried"], totals["buried"]) == (3, 2, 1)
@@ -169,12 +173,12 @@ def test_nack__no_body__204_and_an_error_is_recorded(api_client, held, task) -> 
     assert task(task_id)["errors"][0]["error"]
 
 
-
 def test_nack__error_with_nul__204_kept_with_replacement_char(api_client, held, task) -> None:
     task_id, lease = held
     r = post(api_client, f"/jobs/{task_id}/nack?lease_id={lease}", {"error": "bad\u0000byte"})
     assert r.status_code == 204
     assert task(task_id)["last_error"] == "bad\ufffdbyte"
+
 
 @pytest.mark.parametrize("error", [3, ["x"], {"m": 1}, True])
 def test_nack__error_not_a_string__400(api_client, held, task, error: Any) -> None:

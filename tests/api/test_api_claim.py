@@ -1,4 +1,5 @@
 """GET /jobs/next: the delivery's exact shape, 204, parameters, caps, filters and order."""
+
 from __future__ import annotations
 
 import time
@@ -23,12 +24,24 @@ def test_claim__ready_task__200_exact_shape(api_client, enqueue) -> None:
     assert list(body) == ["task", "lease_id", "deadline"]
     task = body["task"]
     assert list(task) == [
-        "id", "payload", "attempts", "max_attempts", "queue", "priority", "type", "created_at",
+        "id",
+        "payload",
+        "attempts",
+        "max_attempts",
+        "queue",
+        "priority",
+        "type",
+        "created_at",
         "available_at",
     ]
     assert {k: task[k] for k in list(task)[:7]} == {
-        "id": task_id, "payload": {"line": "hello"}, "attempts": 1, "max_attempts": 4,
-        "queue": "q1", "priority": "low", "type": None,
+        "id": task_id,
+        "payload": {"line": "hello"},
+        "attempts": 1,
+        "max_attempts": 4,
+        "queue": "q1",
+        "priority": "low",
+        "type": None,
     }
     assert isinstance(body["lease_id"], str) and body["lease_id"]
     created = parse_time(task["created_at"])
@@ -85,9 +98,14 @@ def claim_args(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("query", "wait_ms", "lease_ms"),
-    [("", 20_000, 30_000), ("?wait_ms=30000", 30_000, 30_000),
-     ("?wait_ms=30001", 30_000, 30_000), ("?wait_ms=999999999", 30_000, 30_000),
-     ("?wait_ms=0&lease_ms=1", 0, 1), ("?lease_ms=300001", 20_000, 300_000)],
+    [
+        ("", 20_000, 30_000),
+        ("?wait_ms=30000", 30_000, 30_000),
+        ("?wait_ms=30001", 30_000, 30_000),
+        ("?wait_ms=999999999", 30_000, 30_000),
+        ("?wait_ms=0&lease_ms=1", 0, 1),
+        ("?lease_ms=300001", 20_000, 300_000),
+    ],
 )
 def test_claim__defaults_and_caps(api_client, claim_args, query, wait_ms, lease_ms) -> None:
     assert api_client.get(f"/jobs/next{query}").status_code == 204
@@ -103,9 +121,21 @@ def test_claim__lease_ms_above_cap__deadline_five_minutes_out(api_client, enqueu
 
 @pytest.mark.parametrize(
     "query",
-    ["wait_ms=-1", "wait_ms=1.5", "wait_ms=abc", "wait_ms=1e3", "wait_ms=+5", "lease_ms=-1",
-     "lease_ms=0", "lease_ms=2.0", "lease_ms=x", "wait_ms=%EF%BC%91", "wait_ms=", "lease_ms=",
-     "wait_ms=&queue=default"],
+    [
+        "wait_ms=-1",
+        "wait_ms=1.5",
+        "wait_ms=abc",
+        "wait_ms=1e3",
+        "wait_ms=+5",
+        "lease_ms=-1",
+        "lease_ms=0",
+        "lease_ms=2.0",
+        "lease_ms=x",
+        "wait_ms=%EF%BC%91",
+        "wait_ms=",
+        "lease_ms=",
+        "wait_ms=&queue=default",
+    ],
 )
 def test_claim__bad_parameter__400_naming_it(api_client, enqueue, query: str) -> None:
     enqueue()

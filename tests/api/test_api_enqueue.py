@@ -1,4 +1,5 @@
 """POST /jobs: defaults, every cap, nulls, unknown fields, payload round trips, idempotency."""
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,19 @@ def test_enqueue__payload_only__201_location_and_every_default(api_client, task)
 
 
 def test_enqueue__every_field_given__kept(api_client, task) -> None:
-    r = post(api_client, "/jobs", {
-        "payload": [1], "max_attempts": 7, "delay_ms": 0, "queue": "mail.out-2_x",
-        "priority": "high", "type": None, "idempotency_key": None,
-    })
+    r = post(
+        api_client,
+        "/jobs",
+        {
+            "payload": [1],
+            "max_attempts": 7,
+            "delay_ms": 0,
+            "queue": "mail.out-2_x",
+            "priority": "high",
+            "type": None,
+            "idempotency_key": None,
+        },
+    )
     assert r.status_code == 201
     got = task(r.json()["id"])
     assert (got["max_attempts"], got["queue"], got["priority"]) == (7, "mail.out-2_x", "high")
@@ -61,8 +71,9 @@ def test_enqueue__max_attempts_out_of_range_or_not_int__400(api_client, value: A
     assert body["error"]
 
 
-@pytest.mark.parametrize(("delay_ms", "state"), [(0, "ready"), (1, "delayed"),
-                                                 (WEEK_MS, "delayed")])
+@pytest.mark.parametrize(
+    ("delay_ms", "state"), [(0, "ready"), (1, "delayed"), (WEEK_MS, "delayed")]
+)
 def test_enqueue__delay_ms_in_range__ready_or_delayed(enqueue, task, delay_ms, state) -> None:
     got = task(enqueue(delay_ms=delay_ms))
     assert got["state"] == state
@@ -126,7 +137,18 @@ def test_enqueue__payload_missing__400(api_client) -> None:
 @pytest.mark.parametrize(
     "payload",
     [
-        None, 0, -17, 3.25, 1e300, 12345678901234567890123, True, False, "", "text", [], {},
+        None,
+        0,
+        -17,
+        3.25,
+        1e300,
+        12345678901234567890123,
+        True,
+        False,
+        "",
+        "text",
+        [],
+        {},
         [[1, [2, [3, [None]]]], {"a": [{}]}],
         {"z": 1, "a": 2, "m": {"y": [1.5, -0.25]}},
         "ünïcödé ✓ 日本語 🎉 \u200b",
@@ -148,7 +170,8 @@ def test_enqueue__any_json_payload__comes_back_exactly(
 def test_enqueue__raw_utf8_body__unicode_payload_kept(api_client, task) -> None:
     text = "Grüße, мир, 世界, 🙂"
     r = api_client.post(
-        "/jobs", json.dumps({"payload": text}, ensure_ascii=False).encode(),
+        "/jobs",
+        json.dumps({"payload": text}, ensure_ascii=False).encode(),
         content_type="application/json",
     )
     assert r.status_code == 201
@@ -233,8 +256,15 @@ def test_enqueue__body_not_an_object__400(api_client, body: Any) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [b"", b"{", b"{'payload': 1}", b"\xff\xfe", b'{"payload": NaN}', b'{"payload": Infinity}',
-     b'{"payload": 1} x'],
+    [
+        b"",
+        b"{",
+        b"{'payload': 1}",
+        b"\xff\xfe",
+        b'{"payload": NaN}',
+        b'{"payload": Infinity}',
+        b'{"payload": 1} x',
+    ],
 )
 def test_enqueue__invalid_json__400_json(api_client, raw: bytes) -> None:
     r = api_client.post("/jobs", raw, content_type="application/json")
@@ -266,4 +296,3 @@ def test_enqueue__payload_nested_too_deep__400_never_500(api_client, depth: int)
     assert r.status_code == 400, r.content[:200]
     assert list(r.json()["fields"]) == ["body"]
     assert not Task.objects.exists()
-

@@ -1,4 +1,5 @@
 """Errors every endpoint shares: JSON 404/405, 413 bodies, 401 without a token."""
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,20 @@ def test_unknown_path__404_json(api_client, path: str) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("put", "/jobs"), ("delete", "/jobs"), ("post", "/jobs/next"), ("post", "/jobs/1"),
-     ("patch", "/jobs/1"), ("get", "/jobs/1/ack"), ("get", "/jobs/1/nack"),
-     ("put", "/jobs/1/extend"), ("post", "/stats"), ("delete", "/dlq"),
-     ("get", "/dlq/1/requeue"), ("post", "/healthz")],
+    [
+        ("put", "/jobs"),
+        ("delete", "/jobs"),
+        ("post", "/jobs/next"),
+        ("post", "/jobs/1"),
+        ("patch", "/jobs/1"),
+        ("get", "/jobs/1/ack"),
+        ("get", "/jobs/1/nack"),
+        ("put", "/jobs/1/extend"),
+        ("post", "/stats"),
+        ("delete", "/dlq"),
+        ("get", "/dlq/1/requeue"),
+        ("post", "/healthz"),
+    ],
 )
 def test_wrong_method__405_json(api_client, method: str, path: str) -> None:
     response = getattr(api_client, method)(path)

@@ -1,4 +1,5 @@
 """POST /jobs/claim with acks and nacks: settle and claim in one round trip (API.md)."""
+
 from __future__ import annotations
 
 import threading
@@ -41,12 +42,16 @@ def _item(d: dict[str, Any], **extra: Any) -> dict[str, Any]:
 def test_settle_and_claim__acks_nacks_then_new_deliveries(api_client: APIClient) -> None:
     _fill(api_client, 5)
     a, b = _held(api_client, 2)
-    r = _claim(api_client, {"max": 2, "acks": [_item(a, result={"ok": True})],
-                            "nacks": [_item(b, error="boom")]})
+    r = _claim(
+        api_client,
+        {"max": 2, "acks": [_item(a, result={"ok": True})], "nacks": [_item(b, error="boom")]},
+    )
     assert r.status_code == 200
     body = r.json()
-    assert body["results"] == [{"id": a["task"]["id"], "status": 204},
-                               {"id": b["task"]["id"], "status": 204}]
+    assert body["results"] == [
+        {"id": a["task"]["id"], "status": 204},
+        {"id": b["task"]["id"], "status": 204},
+    ]
     assert [d["task"]["payload"] for d in body["deliveries"]] == [2, 3]
     done = api_client.get(f"/jobs/{a['task']['id']}").json()
     failed = api_client.get(f"/jobs/{b['task']['id']}").json()
@@ -77,9 +82,17 @@ def test_settle_and_claim__unknown_and_other_lease__answered_in_results(
 ) -> None:
     _fill(api_client, 1)
     (a,) = _held(api_client, 1)
-    r = _claim(api_client, {"acks": [{"id": "999999", "lease_id": "x"},
-                                     {"id": a["task"]["id"], "lease_id": "not-it"},
-                                     _item(a), _item(a)]})
+    r = _claim(
+        api_client,
+        {
+            "acks": [
+                {"id": "999999", "lease_id": "x"},
+                {"id": a["task"]["id"], "lease_id": "not-it"},
+                _item(a),
+                _item(a),
+            ]
+        },
+    )
     results = r.json()["results"]
     assert [x["status"] for x in results] == [404, 409, 204, 404]
     assert results[1]["error"] == "The task is handed out under another lease."

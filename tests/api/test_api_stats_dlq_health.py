@@ -1,4 +1,5 @@
 """GET /stats, GET /dlq, POST /dlq/{id}/requeue and GET /healthz."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,14 @@ from tests.api.conftest import post
 pytestmark = pytest.mark.django_db
 
 TOTALS_KEYS = [
-    "enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried", "requeued",
+    "enqueued",
+    "delivered",
+    "acked",
+    "nacked",
+    "reclaimed",
+    "retried",
+    "buried",
+    "requeued",
     "cancelled",
 ]
 
@@ -21,7 +29,10 @@ def test_stats__fresh__exact_shape_all_zero(api_client) -> None:
     assert r.status_code == 200
     body = r.json()
     assert {k: body[k] for k in ("ready", "handed_out", "delayed", "dead")} == {
-        "ready": 0, "handed_out": 0, "delayed": 0, "dead": 0,
+        "ready": 0,
+        "handed_out": 0,
+        "delayed": 0,
+        "dead": 0,
     }
     assert list(body["totals"]) == TOTALS_KEYS
     assert set(body["totals"].values()) == {0}
@@ -42,11 +53,21 @@ def test_stats__after_each_kind_of_move__gauges_and_totals(api_client, enqueue, 
     claim(queue="a")
     body = api_client.get("/stats").json()
     assert {k: body[k] for k in ("ready", "handed_out", "delayed", "dead")} == {
-        "ready": 1, "handed_out": 1, "delayed": 2, "dead": 1,
+        "ready": 1,
+        "handed_out": 1,
+        "delayed": 2,
+        "dead": 1,
     }
     assert body["totals"] == {
-        "enqueued": 7, "delivered": 4, "acked": 1, "nacked": 2, "reclaimed": 0, "retried": 1,
-        "buried": 1, "requeued": 0, "cancelled": 1,
+        "enqueued": 7,
+        "delivered": 4,
+        "acked": 1,
+        "nacked": 2,
+        "reclaimed": 0,
+        "retried": 1,
+        "buried": 1,
+        "requeued": 0,
+        "cancelled": 1,
     }
     assert body["queues"]["a"] == {"ready": 1, "handed_out": 1, "delayed": 2, "dead": 0}
     assert body["queues"]["b"] == {"ready": 0, "handed_out": 0, "delayed": 0, "dead": 1}

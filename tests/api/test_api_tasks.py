@@ -1,4 +1,5 @@
 """GET /jobs (list), GET /jobs/{id} and DELETE /jobs/{id} (cancel)."""
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit
@@ -11,8 +12,20 @@ from tests.api.conftest import parse_time, post
 pytestmark = pytest.mark.django_db
 
 LISTED_KEYS = {
-    "id", "payload", "attempts", "max_attempts", "queue", "priority", "type", "created_at",
-    "available_at", "state", "errors", "last_error", "result", "updated_at",
+    "id",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "queue",
+    "priority",
+    "type",
+    "created_at",
+    "available_at",
+    "state",
+    "errors",
+    "last_error",
+    "result",
+    "updated_at",
 }
 
 
@@ -46,7 +59,8 @@ def test_list__filters_state_queue_type(api_client, enqueue, claim) -> None:
     claim(queue="a")
     handed_out = api_client.get("/jobs?state=handed_out").json()["results"]
     assert [(t["id"], t["state"]) for t in handed_out] == [
-        (second_a, "handed_out"), (first_a, "handed_out"),
+        (second_a, "handed_out"),
+        (first_a, "handed_out"),
     ]
     assert ids_of(api_client.get("/jobs?state=delayed").json()) == [delayed_b]
     assert ids_of(api_client.get("/jobs?state=ready").json()) == [ready_c]
@@ -70,13 +84,13 @@ def test_list__bad_state_filter__400(api_client) -> None:
     assert list(r.json()["fields"]) == ["state"]
 
 
-
 @pytest.mark.parametrize("query", ["queue=a%20b", "queue=a%00", "queue=" + "q" * 65, "type=a%00b"])
 @pytest.mark.parametrize("path", ["/jobs", "/dlq"])
 def test_list__bad_queue_or_type_filter__400(api_client, path: str, query: str) -> None:
     r = api_client.get(f"{path}?{query}")
     assert r.status_code == 400
     assert list(r.json()["fields"]) == [query.split("=")[0]]
+
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=-1", "limit=x", "limit=", "cursor=abc"])
 @pytest.mark.parametrize("path", ["/jobs", "/dlq"])
@@ -116,7 +130,10 @@ def test_get__one_task__200(api_client, enqueue) -> None:
     body = r.json()
     assert LISTED_KEYS <= set(body)
     assert (body["id"], body["payload"], body["queue"], body["state"]) == (
-        task_id, {"x": [1]}, "q", "ready",
+        task_id,
+        {"x": [1]},
+        "q",
+        "ready",
     )
 
 

@@ -1,4 +1,5 @@
 """POST /jobs/batch, /jobs/claim, /jobs/ack, /jobs/nack as API.md's "Batch endpoints" says."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,8 +27,10 @@ def test_enqueue_batch__ids_in_order__201(api_client) -> None:
 
 
 def test_enqueue_batch__one_bad_item__400_names_it_and_nothing_stored(api_client) -> None:
-    r = _batch(api_client, [{"payload": 1}, {"payload": 2}, {"payload": 3},
-                            {"payload": 4, "max_attempts": 0}])
+    r = _batch(
+        api_client,
+        [{"payload": 1}, {"payload": 2}, {"payload": 3}, {"payload": 4, "max_attempts": 0}],
+    )
     assert r.status_code == 400
     assert "jobs.3.max_attempts" in r.json()["fields"]
     assert queue.totals()["enqueued"] == 0
@@ -49,9 +52,14 @@ def test_enqueue_batch__unknown_field_in_item__400(api_client) -> None:
 
 def test_enqueue_batch__idempotency_keys__repeat_gets_first_id(api_client) -> None:
     first = api_client.post("/jobs", {"payload": 1, "idempotency_key": "k1"}, format="json")
-    r = _batch(api_client, [{"payload": 2, "idempotency_key": "k1"},
-                            {"payload": 3, "idempotency_key": "k2"},
-                            {"payload": 4, "idempotency_key": "k2"}])
+    r = _batch(
+        api_client,
+        [
+            {"payload": 2, "idempotency_key": "k1"},
+            {"payload": 3, "idempotency_key": "k2"},
+            {"payload": 4, "idempotency_key": "k2"},
+        ],
+    )
     assert r.status_code == 201
     ids = r.json()["ids"]
     assert ids[0] == first.json()["id"]
@@ -76,8 +84,17 @@ def test_claim_batch__nothing_ready__204(api_client) -> None:
     assert r.content == b""
 
 
-@pytest.mark.parametrize("body", [{"max": 0}, {"max": 101}, {"max": "3"}, {"maxx": 3},
-                                  {"queues": ["bad name"]}, {"wait_ms": -1}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max": 0},
+        {"max": 101},
+        {"max": "3"},
+        {"maxx": 3},
+        {"queues": ["bad name"]},
+        {"wait_ms": -1},
+    ],
+)
 def test_claim_batch__bad_body__400(api_client, body) -> None:
     r = api_client.post("/jobs/claim", body, format="json")
     assert r.status_code == 400
@@ -88,12 +105,18 @@ def test_ack_batch__per_item_answers(api_client) -> None:
     _batch(api_client, [{"payload": i} for i in range(3)])
     d = api_client.post("/jobs/claim", {"max": 3, "wait_ms": 0}, format="json").json()
     a, b, c = d["deliveries"]
-    r = api_client.post("/jobs/ack", {"acks": [
-        {"id": a["task"]["id"], "lease_id": a["lease_id"], "result": {"ok": 1}},
-        {"id": b["task"]["id"], "lease_id": "wrong"},
-        {"id": "999999", "lease_id": c["lease_id"]},
-        {"id": a["task"]["id"], "lease_id": a["lease_id"]},
-    ]}, format="json")
+    r = api_client.post(
+        "/jobs/ack",
+        {
+            "acks": [
+                {"id": a["task"]["id"], "lease_id": a["lease_id"], "result": {"ok": 1}},
+                {"id": b["task"]["id"], "lease_id": "wrong"},
+                {"id": "999999", "lease_id": c["lease_id"]},
+                {"id": a["task"]["id"], "lease_id": a["lease_id"]},
+            ]
+        },
+        format="json",
+    )
     assert r.status_code == 200
     assert [x["status"] for x in r.json()["results"]] == [204, 409, 404, 404]
     assert api_client.get(f"/jobs/{a['task']['id']}").json()["result"] == {"ok": 1}
@@ -104,8 +127,10 @@ def test_ack_batch__per_item_answers(api_client) -> None:
 def test_nack_batch__retry_and_bury__counters_and_errors(api_client) -> None:
     _batch(api_client, [{"payload": 1, "max_attempts": 1}, {"payload": 2, "max_attempts": 3}])
     d = api_client.post("/jobs/claim", {"max": 2, "wait_ms": 0}, format="json").json()
-    items = [{"id": x["task"]["id"], "lease_id": x["lease_id"], "error": f"boom {i}"}
-             for i, x in enumerate(d["deliveries"])]
+    items = [
+        {"id": x["task"]["id"], "lease_id": x["lease_id"], "error": f"boom {i}"}
+        for i, x in enumerate(d["deliveries"])
+    ]
     r = api_client.post("/jobs/nack", {"nacks": items}, format="json")
     assert [x["status"] for x in r.json()["results"]] == [204, 204]
     dead = api_client.get(f"/jobs/{items[0]['id']}").json()
@@ -118,8 +143,11 @@ def test_nack_batch__retry_and_bury__counters_and_errors(api_client) -> None:
 
 
 def test_ack_batch__bad_items__answered_400_each(api_client) -> None:
-    r = api_client.post("/jobs/ack", {"acks": ["x", {"id": "1"}, {"id": "1", "lease_id": "l",
-                                                                  "bogus": 1}]}, format="json")
+    r = api_client.post(
+        "/jobs/ack",
+        {"acks": ["x", {"id": "1"}, {"id": "1", "lease_id": "l", "bogus": 1}]},
+        format="json",
+    )
     assert r.status_code == 200
     assert [x["status"] for x in r.json()["results"]] == [400, 400, 400]
 

@@ -205,6 +205,7 @@ def test_browser__requeue_from_dlq__claimed_again__dashboard_follows_stats(
             assert top.get_attribute("href").startswith(
                 "/admin/broker/deadtask/?last_error__exact="
             )
+
             # The legend shows the latest interval's rate: while work flows, it is above zero.
             def enqueue_rate_shown() -> bool:
                 _traffic(base, 1)

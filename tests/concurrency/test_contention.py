@@ -1,4 +1,5 @@
 """Many producers and claimers at once, on PostgreSQL: each task acked exactly once."""
+
 from __future__ import annotations
 
 import threading

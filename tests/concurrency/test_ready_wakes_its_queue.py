@@ -1,5 +1,6 @@
 """A move that makes tasks ready (requeue, promote) wakes a parked claimer of their own queue,
 even when another queue's claimer parked first."""
+
 from __future__ import annotations
 
 import threading
@@ -56,8 +57,9 @@ def test_requeue__other_queues_claimer_parked_first__its_own_claimer_woken(
 def test_promote__other_queues_claimer_parked_first__its_own_claimer_woken(
     db_url: str, tmp_path: Path
 ) -> None:
-    with gunicorn(db_url, tmp_path, "b", WORKERS="1") as b, running(
-        manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")
+    with (
+        gunicorn(db_url, tmp_path, "b", WORKERS="1") as b,
+        running(manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")),
     ):
         first, second = {}, {}
         t1 = _park(b, "pr_a", first)

@@ -1,4 +1,5 @@
 """Long-poll wake-ups across broker processes, and claimers that hang up, on PostgreSQL."""
+
 from __future__ import annotations
 
 import socket
@@ -39,9 +40,10 @@ def _parked(node: str) -> None:
 def test_wake__enqueue_on_other_process__claim_answers_within_100ms_p99(
     db_url: str, tmp_path: Path
 ) -> None:
-    with gunicorn(db_url, tmp_path, "a", WORKERS="1") as a, gunicorn(
-        db_url, tmp_path, "b", WORKERS="1"
-    ) as b:
+    with (
+        gunicorn(db_url, tmp_path, "a", WORKERS="1") as a,
+        gunicorn(db_url, tmp_path, "b", WORKERS="1") as b,
+    ):
         latencies = []
         for i in range(40):
             out: dict = {}
@@ -157,8 +159,9 @@ def test_wake__200_parked_claimers__enqueue_and_ack_stay_fast(db_url: str, tmp_p
 
 
 def test_lease_expiry__sweeper_reclaims__old_lease_ack_409(db_url: str, tmp_path: Path) -> None:
-    with gunicorn(db_url, tmp_path, "b", WORKERS="1") as b, running(
-        manage(["runsweeper", "--interval-ms", "100"], db_url, tmp_path, "sweeper")
+    with (
+        gunicorn(db_url, tmp_path, "b", WORKERS="1") as b,
+        running(manage(["runsweeper", "--interval-ms", "100"], db_url, tmp_path, "sweeper")),
     ):
         tid = http("POST", f"{b}/jobs", {"payload": "slow", "max_attempts": 3})[1]["id"]
         first = http("GET", f"{b}/jobs/next?wait_ms=0&lease_ms=1000")[1]

@@ -1,4 +1,5 @@
 """A @task outside the workers' allow-list in the django.tasks tests."""
+
 from __future__ import annotations
 
 from django_tasks import task

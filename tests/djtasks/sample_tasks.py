@@ -1,4 +1,5 @@
 """@task functions for the django.tasks backend tests; runworker imports them by dotted path."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """The django.tasks API on the broker, before any worker runs: enqueue, get_result, validation."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -138,8 +139,8 @@ def test_default_max_attempts__one_like_the_framework(api_client: APIClient) -> 
 
 
 @pytest.mark.parametrize(
-    ("priority", "broker_priority"), [(100, "high"), (1, "high"), (0, "normal"), (-1, "low"),
-                                      (-100, "low")],
+    ("priority", "broker_priority"),
+    [(100, "high"), (1, "high"), (0, "normal"), (-1, "low"), (-100, "low")],
 )
 def test_priority__mapped_by_sign_to_the_broker_priority(
     api_client: APIClient, priority: int, broker_priority: str
@@ -159,8 +160,10 @@ def test_post_jobs__django_task_type_bad_path__400_naming_it(api_client: APIClie
 
 
 def test_post_jobs__django_task_over_http__readable_as_a_result(api_client: APIClient) -> None:
-    body = {"type": "django_task",
-            "payload": {"path": "tests.djtasks.sample_tasks.add", "args": [4, 5]}}
+    body = {
+        "type": "django_task",
+        "payload": {"path": "tests.djtasks.sample_tasks.add", "args": [4, 5]},
+    }
 
     response = api_client.post("/jobs", body, format="json")
 

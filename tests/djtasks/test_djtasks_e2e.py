@@ -2,6 +2,7 @@
 
 Only the framework's public API is used to enqueue and to look at results.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -25,8 +26,9 @@ StartWorker = Callable[..., Proc]
 
 @pytest.fixture
 def broker_url(db_url: str, tmp_path: Path) -> Iterator[str]:
-    with gunicorn(db_url, tmp_path, WORKERS="1") as base, running(
-        manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")
+    with (
+        gunicorn(db_url, tmp_path, WORKERS="1") as base,
+        running(manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")),
     ):
         yield base
 
@@ -37,8 +39,12 @@ def start_worker(broker_url: str, db_url: str, tmp_path: Path) -> Iterator[Start
 
     def start(*args: str, name: str = "worker") -> Proc:
         proc = manage(
-            ["runworker", "--broker", broker_url, "--wait-ms", "2000", *args], db_url, tmp_path,
-            name, BROKER_TASKS_ALLOWED=ALLOWED, LOG_LEVEL="INFO",
+            ["runworker", "--broker", broker_url, "--wait-ms", "2000", *args],
+            db_url,
+            tmp_path,
+            name,
+            BROKER_TASKS_ALLOWED=ALLOWED,
+            LOG_LEVEL="INFO",
         )
         procs.append(proc)
         return proc

@@ -1,4 +1,5 @@
 """Batch mode end to end: produce --batch, runworker --batch, real processes on PostgreSQL."""
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,30 @@ def test_batch__produce_300_by_50_worker_by_10__300_whole_lines_each_once(
 ) -> None:
     log = tmp_path / "jobs.log"
     with gunicorn(db_url, tmp_path) as base:
-        producing = manage(["produce", "--broker", base, "-n", "300", "--batch", "50"],
-                           db_url, tmp_path, "produce")
+        producing = manage(
+            ["produce", "--broker", base, "-n", "300", "--batch", "50"], db_url, tmp_path, "produce"
+        )
         assert producing.wait(60) == 0, producing.output()
         assert "sent 300, rejected 0" in producing.output()
         producing.stop()
         worker = manage(
-            ["runworker", "--broker", base, "--log-file", str(log), "--wait-ms", "2000",
-             "--batch", "10", "--concurrency", "3"],
-            db_url, tmp_path, "worker", LOG_LEVEL="INFO",
+            [
+                "runworker",
+                "--broker",
+                base,
+                "--log-file",
+                str(log),
+                "--wait-ms",
+                "2000",
+                "--batch",
+                "10",
+                "--concurrency",
+                "3",
+            ],
+            db_url,
+            tmp_path,
+            "worker",
+            LOG_LEVEL="INFO",
         )
         with running(worker):
             wait_until(lambda: _stats(base)["totals"]["acked"] == 300, 60, what="300 acks")

@@ -1,4 +1,5 @@
 """The original design's "things to try", with real processes on PostgreSQL."""
+
 from __future__ import annotations
 
 import itertools
@@ -36,7 +37,10 @@ def _produce(base: str, db_url: str, tmp: Path, *args: str, timeout: float = 60)
 def _worker(base: str, db_url: str, tmp: Path, log: Path, name: str = "worker", *args: str):
     return manage(
         ["runworker", "--broker", base, "--log-file", str(log), "--wait-ms", "2000", *args],
-        db_url, tmp, name, LOG_LEVEL="INFO",
+        db_url,
+        tmp,
+        name,
+        LOG_LEVEL="INFO",
     )
 
 
@@ -50,9 +54,11 @@ def _gauges_zero(stats: dict) -> bool:
 
 def test_happy_path__100_tasks_3_threads__100_whole_lines(db_url: str, tmp_path: Path) -> None:
     log = tmp_path / "jobs.log"
-    with gunicorn(db_url, tmp_path) as base, running(
-        manage(["runsweeper"], db_url, tmp_path, "sweeper")
-    ), running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")):
+    with (
+        gunicorn(db_url, tmp_path) as base,
+        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
+        running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")),
+    ):
         out = _produce(base, db_url, tmp_path, "-n", "100")
         assert "sent 100" in out
         wait_until(lambda: _stats(base)["totals"]["acked"] == 100, 30, what="100 acks")
@@ -67,9 +73,11 @@ def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
     db_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "jobs.log"
-    with gunicorn(db_url, tmp_path) as base, running(
-        manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")
-    ), running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")):
+    with (
+        gunicorn(db_url, tmp_path) as base,
+        running(manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")),
+        running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")),
+    ):
         _produce(base, db_url, tmp_path, "-n", "5", "--fail", "--max-attempts", "3")
         wait_until(lambda: _stats(base)["dead"] == 5, 30, what="five dead tasks")
         dead = http("GET", f"{base}/dlq")[1]["results"]
@@ -89,9 +97,11 @@ def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
 
 def test_delayed__10_tasks_5s__stay_delayed_then_drain(db_url: str, tmp_path: Path) -> None:
     log = tmp_path / "jobs.log"
-    with gunicorn(db_url, tmp_path) as base, running(
-        manage(["runsweeper"], db_url, tmp_path, "sweeper")
-    ), running(_worker(base, db_url, tmp_path, log)):
+    with (
+        gunicorn(db_url, tmp_path) as base,
+        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
+        running(_worker(base, db_url, tmp_path, log)),
+    ):
         start = time.monotonic()
         _produce(base, db_url, tmp_path, "-n", "10", "--delay-ms", "5000")
         assert _stats(base)["delayed"] == 10
@@ -107,11 +117,13 @@ def test_contention__2000_tasks_50_producers_3_workers__none_twice(
     db_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "jobs.log"
-    with gunicorn(db_url, tmp_path) as base, running(
-        manage(["runsweeper"], db_url, tmp_path, "sweeper")
-    ), running(_worker(base, db_url, tmp_path, log, "w1", "--concurrency", "1")), running(
-        _worker(base, db_url, tmp_path, log, "w2", "--concurrency", "1")
-    ), running(_worker(base, db_url, tmp_path, log, "w3", "--concurrency", "1")):
+    with (
+        gunicorn(db_url, tmp_path) as base,
+        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
+        running(_worker(base, db_url, tmp_path, log, "w1", "--concurrency", "1")),
+        running(_worker(base, db_url, tmp_path, log, "w2", "--concurrency", "1")),
+        running(_worker(base, db_url, tmp_path, log, "w3", "--concurrency", "1")),
+    ):
         out = _produce(base, db_url, tmp_path, "-n", "2000", "--concurrency", "50", timeout=120)
         assert "sent 2000" in out and "rejected 0" in out
         wait_until(lambda: _stats(base)["totals"]["acked"] == 2000, 120, 0.5, "2000 acks")
@@ -127,11 +139,13 @@ def test_crash_recovery__kill_9_worker_holding_a_task__reclaimed_and_done(
     db_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "jobs.log"
-    with gunicorn(db_url, tmp_path) as base, running(
-        manage(["runsweeper", "--interval-ms", "100"], db_url, tmp_path, "sweeper")
+    with (
+        gunicorn(db_url, tmp_path) as base,
+        running(manage(["runsweeper", "--interval-ms", "100"], db_url, tmp_path, "sweeper")),
     ):
-        doomed = _worker(base, db_url, tmp_path, log, "doomed", "--concurrency", "1",
-                         "--lease-ms", "1500")
+        doomed = _worker(
+            base, db_url, tmp_path, log, "doomed", "--concurrency", "1", "--lease-ms", "1500"
+        )
         with running(doomed):
             time.sleep(3)  # booted and parked in GET /jobs/next
             # Frozen, it cannot run the task it is about to be handed, nor ack it.
@@ -151,8 +165,9 @@ def test_graceful_stop__sigterm_under_load__exit_0_nothing_lost(
     db_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "jobs.log"
-    with gunicorn(db_url, tmp_path) as base, running(
-        manage(["runsweeper"], db_url, tmp_path, "sweeper")
+    with (
+        gunicorn(db_url, tmp_path) as base,
+        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
     ):
         _produce(base, db_url, tmp_path, "-n", "300", "--concurrency", "4")
         worker = _worker(base, db_url, tmp_path, log, "stopping", "--concurrency", "3")

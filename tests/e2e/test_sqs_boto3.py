@@ -34,8 +34,9 @@ def broker(django_db_setup, tmp_path_factory) -> Iterator[str]:
     own queues."""
     tmp = tmp_path_factory.mktemp("sqs")
     url = _database_url()
-    with gunicorn(url, tmp) as base, running(
-        manage(["runsweeper", "--interval-ms", "50"], url, tmp, "sweeper")
+    with (
+        gunicorn(url, tmp) as base,
+        running(manage(["runsweeper", "--interval-ms", "50"], url, tmp, "sweeper")),
     ):
         yield base
 

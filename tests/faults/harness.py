@@ -1,4 +1,5 @@
 """Fault-test harness: a restartable broker on a fixed port, keyed producers, the final audit."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,13 @@ class Broker:
     def start(self, timeout: float = 30) -> None:
         self.starts += 1
         self.proc = Proc(
-            [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{self.port}",
-             "--workers", str(self.workers)],
+            [
+                str(VENV_BIN / "gunicorn"),
+                "-b",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                str(self.workers),
+            ],
             child_env(self.db_url, **self.env),
             self.tmp / f"{self.name}-{self.starts}.log",
         )
@@ -92,8 +98,7 @@ class Producers:
 
     def start(self) -> Producers:
         self._threads = [
-            threading.Thread(target=self._run, args=(n,), daemon=True)
-            for n in range(self.threads)
+            threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(self.threads)
         ]
         for thread in self._threads:
             thread.start()
@@ -139,8 +144,12 @@ def workers(
 ) -> list[Proc]:
     """n runworker processes appending to `log`; their own output in worker-<first + i>.log."""
     return [
-        manage(["runworker", "--broker", base, "--log-file", str(log), "--wait-ms", "2000",
-                *args], db_url, tmp, f"worker-{i}")
+        manage(
+            ["runworker", "--broker", base, "--log-file", str(log), "--wait-ms", "2000", *args],
+            db_url,
+            tmp,
+            f"worker-{i}",
+        )
         for i in range(first, first + n)
     ]
 

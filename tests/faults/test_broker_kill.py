@@ -1,4 +1,5 @@
 """kill -9 of the whole broker (gunicorn master and workers) under load, then a restart."""
+
 from __future__ import annotations
 
 import logging
@@ -25,11 +26,13 @@ def test_broker_kill_9__50_producers_3_workers__every_accepted_task_done_once(
     with ExitStack() as stack:
         stack.callback(broker.stop)
         stack.enter_context(running(sweeper(db_url, tmp_path)))
-        for proc in workers(broker.base, db_url, tmp_path, jobs, 3, "--concurrency", "1",
-                            "--lease-ms", "5000"):
+        for proc in workers(
+            broker.base, db_url, tmp_path, jobs, 3, "--concurrency", "1", "--lease-ms", "5000"
+        ):
             stack.enter_context(running(proc))
-        producers = Producers(broker.base, threads=50, per_thread=8, pause_s=0.05,
-                              body={"max_attempts": 5}).start()
+        producers = Producers(
+            broker.base, threads=50, per_thread=8, pause_s=0.05, body={"max_attempts": 5}
+        ).start()
         outages = []
         for mark in (100, 250):  # twice: the restarted broker must survive it as well
             wait_until(lambda m=mark: len(producers.accepted) >= m, 30, what=f"{mark} accepted")
@@ -47,6 +50,8 @@ def test_broker_kill_9__50_producers_3_workers__every_accepted_task_done_once(
 
     tasks = audit(producers.accepted, jobs)
     assert {state for state, _, _ in tasks.values()} == {State.DONE}, "none stuck, none dead"
-    log.info(f"outages {outages} s; answers {dict(producers.statuses)}; "
-          f"send errors {producers.errors}; "
-          f"redelivered after lease expiry {sum(1 for *_, e in tasks.values() if e)}")
+    log.info(
+        f"outages {outages} s; answers {dict(producers.statuses)}; "
+        f"send errors {producers.errors}; "
+        f"redelivered after lease expiry {sum(1 for *_, e in tasks.values() if e)}"
+    )

@@ -4,6 +4,7 @@ Restarting PostgreSQL disturbs everything else using it on this machine, so this
 (RUN_SLOW=1, which .ci/run sets), keeps the outage to a few seconds, and always starts the
 cluster again, whatever happens.
 """
+
 from __future__ import annotations
 
 import json
@@ -150,11 +151,13 @@ def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
             stack.callback(broker.stop)
         assert {s for _, s, _ in _answers(idle.base, 40)} == {200}  # connections pooled
         sweep = stack.enter_context(running(sweeper(db_url, tmp_path)))
-        pool: list[Proc] = workers(busy.base, db_url, tmp_path, jobs, 3, "--concurrency", "1",
-                                   "--lease-ms", "5000")
+        pool: list[Proc] = workers(
+            busy.base, db_url, tmp_path, jobs, 3, "--concurrency", "1", "--lease-ms", "5000"
+        )
         stack.callback(lambda: [proc.stop() for proc in pool])
-        producers = Producers(busy.base, threads=20, per_thread=40, pause_s=0.25,
-                              body={"max_attempts": 5}).start()
+        producers = Producers(
+            busy.base, threads=20, per_thread=40, pause_s=0.25, body={"max_attempts": 5}
+        ).start()
         prober = stack.enter_context(Prober(busy.base))
         wait_until(lambda: len(producers.accepted) >= 150, 30, what="150 accepted tasks")
 
@@ -187,7 +190,10 @@ def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
     log.info(
         "outage %.1f s; last probe 5xx %.1f s after PostgreSQL answered; probe answers %s; "
         "producer answers %s; 503s seen by workers %d; %d redelivered after lease expiry",
-        back - stopped, last_failure - back, Counter((s[1], s[2]) for s in prober.seen),
-        dict(producers.statuses), worker_logs.count("answered 503"),
+        back - stopped,
+        last_failure - back,
+        Counter((s[1], s[2]) for s in prober.seen),
+        dict(producers.statuses),
+        worker_logs.count("answered 503"),
         sum(1 for *_, e in tasks.values() if e),
     )

@@ -1,4 +1,5 @@
 """Retention: the sweeper prunes old done and cancelled tasks in small batches; dead ones stay."""
+
 from __future__ import annotations
 
 import os
@@ -112,8 +113,15 @@ def test_prune__backlog__at_most_max_batches_per_sweep(enqueue_task) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "seconds"),
-    [("604800", 604800), ("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800),
-     ("0", 0), ("", 604800)],
+    [
+        ("604800", 604800),
+        ("90s", 90),
+        ("15m", 900),
+        ("12h", 43200),
+        ("7d", 604800),
+        ("0", 0),
+        ("", 604800),
+    ],
 )
 def test_retention_setting__formats__parsed(
     monkeypatch: pytest.MonkeyPatch, raw: str, seconds: int
@@ -137,7 +145,10 @@ def test_retention_setting__unset__seven_days() -> None:
     out = subprocess.run(
         [sys.executable, "-c", f"import django; django.setup(); {code}"],
         env={**env, "DJANGO_SETTINGS_MODULE": "queueproject.settings"},
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     assert out.strip() == "604800.0"
 

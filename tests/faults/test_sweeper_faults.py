@@ -1,4 +1,5 @@
 """kill -9 of a sweeper in the middle of a batch, and two sweepers at once: no task moves twice."""
+
 from __future__ import annotations
 
 import logging
@@ -77,8 +78,9 @@ def _stop_inside_a_batch(proc: Proc, name: str, tries: int = 200) -> int:
 def _errors_by_task() -> dict[int, list[int]]:
     by_task: dict[int, list[int]] = {}
     for task_id, attempt in (
-        TaskError.objects.filter(error=LEASE_EXPIRED).order_by("id").values_list("task_id",
-                                                                                 "attempt")
+        TaskError.objects.filter(error=LEASE_EXPIRED)
+        .order_by("id")
+        .values_list("task_id", "attempt")
     ):
         by_task.setdefault(task_id, []).append(attempt)
     return by_task

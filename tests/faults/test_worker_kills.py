@@ -1,4 +1,5 @@
 """kill -9 of random worker processes every few seconds under load."""
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,14 @@ def test_worker_kill_9_every_2s_under_load__every_task_done_or_dead_within_attem
         stack.enter_context(running(sweeper(db_url, tmp_path)))
         pool: list[Proc] = workers(broker.base, db_url, tmp_path, jobs, 3, *args)
         stack.callback(lambda: [proc.stop() for proc in pool])
-        producers = Producers(broker.base, threads=10, per_thread=50, pause_s=0.2,
-                              fail_every=10, body={"max_attempts": 3}).start()
+        producers = Producers(
+            broker.base,
+            threads=10,
+            per_thread=50,
+            pause_s=0.2,
+            fail_every=10,
+            body={"max_attempts": 3},
+        ).start()
         end = time.monotonic() + 15
         while time.monotonic() < end:
             time.sleep(rng.uniform(1.5, 2.5))
@@ -57,5 +64,7 @@ def test_worker_kill_9_every_2s_under_load__every_task_done_or_dead_within_attem
             assert (state, attempts) == (State.DEAD, 3), pk
     expired = sum(1 for *_, e in tasks.values() if e)
     done = sum(1 for s, _, _ in tasks.values() if s == State.DONE)
-    log.info(f"seed {seed}: {killed} workers killed; {done} done, {len(tasks) - done} dead; "
-          f"{expired} tasks redelivered after a lease expired")
+    log.info(
+        f"seed {seed}: {killed} workers killed; {done} done, {len(tasks) - done} dead; "
+        f"{expired} tasks redelivered after a lease expired"
+    )

@@ -1,4 +1,5 @@
 """Requests gunicorn refuses before Django sees them (found by the fuzzer) still get JSON."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,9 @@ def test_gunicorn__request_line_header_and_garbage_over_limits__json_errors(
 ) -> None:
     with gunicorn(db_url, tmp_path, WORKERS="1") as base:
         too_long = _send(base, b"GET /stats?x=" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-        big_header = _send(base, b"GET /stats HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000
-                           + b"\r\n\r\n")
+        big_header = _send(
+            base, b"GET /stats HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"
+        )
         garbage = _send(base, b"GARBAGE\r\n\r\n")
     for raw, code in ((too_long, "414"), (big_header, "431"), (garbage, "400")):
         status, headers, body = _answer(raw)

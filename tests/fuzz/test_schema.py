@@ -1,4 +1,5 @@
 """The OpenAPI schema at /api/schema/: valid, complete against API.md, and its docs page local."""
+
 from __future__ import annotations
 
 import re
@@ -50,9 +51,7 @@ def _schema(**headers: str) -> dict[str, Any]:
 
 def _operations(schema: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {
-        (method, path): op
-        for path, item in schema["paths"].items()
-        for method, op in item.items()
+        (method, path): op for path, item in schema["paths"].items() for method, op in item.items()
     }
 
 
@@ -83,7 +82,8 @@ def test_schema__error_shape__error_sentence_and_optional_fields() -> None:
     error = _schema()["components"]["schemas"]["Error"]
     assert error["required"] == ["error"]
     assert error["properties"]["fields"]["additionalProperties"] == {
-        "type": "array", "items": {"type": "string"},
+        "type": "array",
+        "items": {"type": "string"},
     }
 
 

@@ -1,5 +1,6 @@
 """Schemathesis against the live schema of a real gunicorn on PostgreSQL: no 5xx, no answer
 outside the schema, and the counter invariant still holds afterwards."""
+
 from __future__ import annotations
 
 import copy
@@ -177,8 +178,12 @@ def test_fuzz__settling_a_held_lease__no_5xx_and_every_answer_in_the_schema(
         )
         seen.setdefault(case.operation.label, set()).add(response.status_code)
 
-    for label in ("POST /jobs/{task_id}/ack", "POST /jobs/{task_id}/nack",
-                  "POST /jobs/{task_id}/extend", "DELETE /jobs/{task_id}"):
+    for label in (
+        "POST /jobs/{task_id}/ack",
+        "POST /jobs/{task_id}/nack",
+        "POST /jobs/{task_id}/extend",
+        "DELETE /jobs/{task_id}",
+    ):
         _fuzz(by_label[label], GenerationMode.POSITIVE, call, failures)
     assert not failures, "\n\n".join(failures)
     # Not vacuous: the real lease let some of each through.

@@ -1,4 +1,5 @@
 """Helpers of the jobs-API tests: JSON posts, enqueue/claim/ack shortcuts, the invariant."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

@@ -1,4 +1,5 @@
 """Item 2: DELETE /jobs/{id} cancels ready, delayed and handed-out tasks; 409 once finished."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Item 4: idempotency_key: a repeat answers 200 with the first id, racing posts included."""
+
 from __future__ import annotations
 
 import threading
@@ -55,9 +56,11 @@ def test_idempotency__keys_are_exact__different_key_new_task(api_client, other: 
 
 
 def test_idempotency__null_or_absent_key__no_dedup(api_client) -> None:
-    codes = [post(api_client, "/jobs", {"payload": 1, "idempotency_key": None}).status_code,
-             post(api_client, "/jobs", {"payload": 1, "idempotency_key": None}).status_code,
-             post(api_client, "/jobs", {"payload": 1}).status_code]
+    codes = [
+        post(api_client, "/jobs", {"payload": 1, "idempotency_key": None}).status_code,
+        post(api_client, "/jobs", {"payload": 1, "idempotency_key": None}).status_code,
+        post(api_client, "/jobs", {"payload": 1}).status_code,
+    ]
     assert codes == [201, 201, 201]
     assert Task.objects.count() == 3
 

@@ -1,4 +1,5 @@
 """Item 1: GET /jobs (filters, limit, cursor walk) and GET /jobs/{id} (errors, result, holder)."""
+
 from __future__ import annotations
 
 import re
@@ -154,8 +155,9 @@ def test_get__timestamps_rfc3339_ms_utc_and_ordered(enqueue, claim, task) -> Non
 
 
 def test_get__payload_and_fields_as_enqueued(enqueue, task) -> None:
-    pk = enqueue(payload={"s": "é\u0000", "n": [1, 2.5, None]}, queue="mail",
-                 priority="high", max_attempts=7)
+    pk = enqueue(
+        payload={"s": "é\u0000", "n": [1, 2.5, None]}, queue="mail", priority="high", max_attempts=7
+    )
     shown = task(pk)
     assert shown["payload"] == {"s": "é\u0000", "n": [1, 2.5, None]}
     assert (shown["queue"], shown["priority"], shown["max_attempts"]) == ("mail", "high", 7)

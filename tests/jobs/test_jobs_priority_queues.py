@@ -1,4 +1,5 @@
 """Item 3: claim order (high > normal > low, then oldest) and named queues; the claim's plan."""
+
 from __future__ import annotations
 
 import random
@@ -142,8 +143,16 @@ def _analyze() -> None:
 
 def _plan(statement: str, queues: list[str] | None) -> str:
     now = timezone.now()
-    params = {"queues": queues, "queue": queues[0] if queues else None, "limit": 1,
-              "lease_id": "x" * 32, "deadline": now, "now": now, "worker": None, "shard": 0}
+    params = {
+        "queues": queues,
+        "queue": queues[0] if queues else None,
+        "limit": 1,
+        "lease_id": "x" * 32,
+        "deadline": now,
+        "now": now,
+        "worker": None,
+        "shard": 0,
+    }
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + statement, params)
         return "\n".join(row[0] for row in cursor.fetchall())

@@ -1,4 +1,5 @@
 """Item 5: the result sent with an ack is kept and shown by GET /jobs/{id} and GET /jobs."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -59,8 +60,10 @@ def test_ack__refused_ack__result_not_kept(api_client, enqueue, claim, task) -> 
 def test_ack__batch_results_kept_per_task(api_client, enqueue, task) -> None:
     ids = [enqueue(), enqueue()]
     deliveries = post(api_client, "/jobs/claim", {"max": 2, "wait_ms": 0}).json()["deliveries"]
-    acks = [{"id": d["task"]["id"], "lease_id": d["lease_id"], "result": {"n": d["task"]["id"]}}
-            for d in deliveries]
+    acks = [
+        {"id": d["task"]["id"], "lease_id": d["lease_id"], "result": {"n": d["task"]["id"]}}
+        for d in deliveries
+    ]
     assert post(api_client, "/jobs/ack", {"acks": acks}).status_code == 200
     assert [task(pk)["result"] for pk in ids] == [{"n": ids[0]}, {"n": ids[1]}]
 

@@ -1,4 +1,5 @@
 """Each sample type's handler does its work; the return value is the ack's result."""
+
 from __future__ import annotations
 
 import logging
@@ -139,10 +140,22 @@ def test_http_fetch__bad_scheme_reaching_the_worker__refused_before_any_request(
 
 
 def test_data_transform__uppercases_keys_trims_strings_keeps_other_values() -> None:
-    payload = {"input": {"name": "  Ada \n", "Born": 1815, "tags": [" a "], "x_y": {"k": " v "},
-                         "none": None, "é": "\tß "}}
+    payload = {
+        "input": {
+            "name": "  Ada \n",
+            "Born": 1815,
+            "tags": [" a "],
+            "x_y": {"k": " v "},
+            "none": None,
+            "é": "\tß ",
+        }
+    }
     assert run("data_transform", payload) == {
-        "NAME": "Ada", "BORN": 1815, "TAGS": [" a "], "X_Y": {"k": " v "}, "NONE": None,
+        "NAME": "Ada",
+        "BORN": 1815,
+        "TAGS": [" a "],
+        "X_Y": {"k": " v "},
+        "NONE": None,
         "É": "ß",
     }
 
@@ -154,9 +167,15 @@ def test_data_transform__empty_object__empty_result() -> None:
 # -- image_resize -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("w", "h", "scale", "out"), [
-    (64, 48, 0.5, (32, 24)), (3, 1, 0.5, (2, 1)), (1, 1, 0.01, (1, 1)), (10, 20, 1, (10, 20)),
-])
+@pytest.mark.parametrize(
+    ("w", "h", "scale", "out"),
+    [
+        (64, 48, 0.5, (32, 24)),
+        (3, 1, 0.5, (2, 1)),
+        (1, 1, 0.01, (1, 1)),
+        (10, 20, 1, (10, 20)),
+    ],
+)
 def test_image_resize__reads_every_pixel_once(w: int, h: int, scale: float, out: tuple) -> None:
     result = run("image_resize", {"width": w, "height": h, "scale": scale})
     assert result["source"] == {"width": w, "height": h}
@@ -202,8 +221,9 @@ def test_fail_job__always_raises() -> None:
 # -- every type ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["sleep_job", "http_fetch", "data_transform", "image_resize",
-                                  "send_email", "fail_job"])
+@pytest.mark.parametrize(
+    "name", ["sleep_job", "http_fetch", "data_transform", "image_resize", "send_email", "fail_job"]
+)
 def test_handler__payload_not_an_object__invalid_payload_error(name: str) -> None:
     with pytest.raises(InvalidPayloadError, match=f"payload: The {name} payload must be"):
         REGISTRY[name].handler(["not", "an", "object"])

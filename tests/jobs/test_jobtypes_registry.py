@@ -1,4 +1,5 @@
 """The registries find one module per type: a contract spec, and its handler in workers/."""
+
 from __future__ import annotations
 
 import subprocess
@@ -13,8 +14,14 @@ from contract.jobtypes import SPECS, JobSpec
 from workers import jobtypes
 from workers.jobtypes import JobType, Registry
 
-SAMPLE_TYPES = {"sleep_job", "http_fetch", "data_transform", "image_resize", "send_email",
-                "fail_job"}
+SAMPLE_TYPES = {
+    "sleep_job",
+    "http_fetch",
+    "data_transform",
+    "image_resize",
+    "send_email",
+    "fail_job",
+}
 ROOT = Path(__file__).resolve().parents[2]
 
 NEW_TYPE = '''
@@ -108,8 +115,14 @@ def test_registry__importing_the_package_imports_no_type_module(package: str) ->
         "print(sorted(m for m in sys.modules if m.startswith(('workers.jobtypes.', "
         "'contract.jobtypes.', 'rest_framework'))))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -146,10 +159,13 @@ def test_register__adds_under_the_name_given() -> None:
         del jobtypes.REGISTRY["registry_test_job"]
 
 
-
 def test_registry__type_module_using_registry_at_import__clear_error(on_path: Path) -> None:
-    package(on_path, "extra_types_f", {"loops": "from extra_types_f import REG\nREG.get('x')\n"},
-            init="from workers.jobtypes import Registry\nREG = Registry(__name__, __path__)\n")
+    package(
+        on_path,
+        "extra_types_f",
+        {"loops": "from extra_types_f import REG\nREG.get('x')\n"},
+        init="from workers.jobtypes import Registry\nREG = Registry(__name__, __path__)\n",
+    )
     import extra_types_f
 
     with pytest.raises(RuntimeError, match="must not use REGISTRY at import time"):
@@ -158,7 +174,8 @@ def test_registry__type_module_using_registry_at_import__clear_error(on_path: Pa
 
 def test_registry__concurrent_first_use__each_module_imported_once(on_path: Path) -> None:
     name, path = package(
-        on_path, "extra_types_g",
+        on_path,
+        "extra_types_g",
         {"echo_job": NEW_TYPE + "import extra_types_g\nextra_types_g.IMPORTS.append(1)\n"},
         init="IMPORTS = []\n",
     )

@@ -1,4 +1,5 @@
 """Typed payloads are validated at enqueue: 400 naming each bad field; unknown type 400."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,8 +12,14 @@ from tests.jobs.conftest import post
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE_TYPES = ["sleep_job", "http_fetch", "data_transform", "image_resize", "send_email",
-                "fail_job"]
+SAMPLE_TYPES = [
+    "sleep_job",
+    "http_fetch",
+    "data_transform",
+    "image_resize",
+    "send_email",
+    "fail_job",
+]
 
 
 def refused(api_client, job_type: str, payload: Any) -> dict[str, list[str]]:
@@ -62,19 +69,34 @@ def at_most(n: object) -> str:
         ("http_fetch", {"url": "http://"}, {"url": [URL_HOST]}),
         ("http_fetch", {"url": "http://a b/"}, {"url": [URL_HOST]}),
         ("http_fetch", {"url": "http://h:port/"}, {"url": [URL]}),
-        ("http_fetch", {"url": "http://h/", "timeout_seconds": 11},
-         {"timeout_seconds": [at_most(10.0)]}),
+        (
+            "http_fetch",
+            {"url": "http://h/", "timeout_seconds": 11},
+            {"timeout_seconds": [at_most(10.0)]},
+        ),
         ("data_transform", {}, {"input": [REQUIRED]}),
-        ("data_transform", {"input": [1]},
-         {"input": ['Expected a dictionary of items but got type "list".']}),
-        ("data_transform", {"input": {"k": 1, "K": 2}},
-         {"input": ["Keys 'k' and 'K' are the same once uppercased."]}),
+        (
+            "data_transform",
+            {"input": [1]},
+            {"input": ['Expected a dictionary of items but got type "list".']},
+        ),
+        (
+            "data_transform",
+            {"input": {"k": 1, "K": 2}},
+            {"input": ["Keys 'k' and 'K' are the same once uppercased."]},
+        ),
         ("image_resize", {"width": 10}, {"height": [REQUIRED]}),
         ("image_resize", {"width": 4097, "height": 1}, {"width": [at_most(4096)]}),
-        ("image_resize", {"width": 0, "height": 2.5},
-         {"width": [at_least(1)], "height": ["A valid integer is required."]}),
-        ("image_resize", {"width": 2, "height": 2, "scale": 0},
-         {"scale": ["Must be greater than 0."]}),
+        (
+            "image_resize",
+            {"width": 0, "height": 2.5},
+            {"width": [at_least(1)], "height": ["A valid integer is required."]},
+        ),
+        (
+            "image_resize",
+            {"width": 2, "height": 2, "scale": 0},
+            {"scale": ["Must be greater than 0."]},
+        ),
         ("image_resize", {"width": 2, "height": 2, "scale": 2}, {"scale": [at_most(1)]}),
         ("send_email", {"subject": "hi"}, {"to": [REQUIRED]}),
         ("send_email", {"to": "not-an-address"}, {"to": ["Enter a valid email address."]}),

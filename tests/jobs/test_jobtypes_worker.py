@@ -1,5 +1,6 @@
 """The worker runs typed tasks with their type's handler, untyped ones to the log file,
 and the broker keeps what came of it (result, or the error)."""
+
 from __future__ import annotations
 
 import functools
@@ -80,10 +81,17 @@ def run_one(runner: Runner) -> str:
     [
         ("data_transform", {"input": {"city ": " Paris "}}, {"CITY ": "Paris"}),
         ("sleep_job", {"duration_seconds": 0.01}, {"slept_seconds": 0.01}),
-        ("image_resize", {"width": 4, "height": 2},
-         {"source": {"width": 4, "height": 2}, "resized": {"width": 2, "height": 1},
-          # pixel (x, y) is 7x + 13y: the halves average (0+13+7+20)/4 and (14+21+27+34)/4
-          "pixels_processed": 8, "checksum": zlib.crc32(bytes([10, 24]))}),
+        (
+            "image_resize",
+            {"width": 4, "height": 2},
+            {
+                "source": {"width": 4, "height": 2},
+                "resized": {"width": 2, "height": 1},
+                # pixel (x, y) is 7x + 13y: the halves average (0+13+7+20)/4 and (14+21+27+34)/4
+                "pixels_processed": 8,
+                "checksum": zlib.crc32(bytes([10, 24])),
+            },
+        ),
     ],
 )
 def test_worker__typed_task__handler_result_is_kept(
@@ -151,8 +159,9 @@ def test_worker__typed_payload_that_skipped_validation__nacked_naming_the_field(
     runner, task
 ) -> None:
     # Enqueued below the API (say, by an older broker): the worker validates again.
-    pk, _ = queue.enqueue(NewTask(payload='{"duration_seconds": "soon"}', type="sleep_job",
-                                  max_attempts=1))
+    pk, _ = queue.enqueue(
+        NewTask(payload='{"duration_seconds": "soon"}', type="sleep_job", max_attempts=1)
+    )
     assert run_one(runner) == "nacked"
     shown = task(str(pk))
     assert shown["state"] == "dead"

@@ -1,4 +1,5 @@
 """Item 7: manage.py submit: one sample task per type (or --type), polled to a status table."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,14 @@ from django.core.management import CommandError, call_command
 from tests.procs import gunicorn, http, manage, running
 from workers.management.commands.submit import table, wait_for
 
-SAMPLE_TYPES = ["data_transform", "fail_job", "http_fetch", "image_resize", "send_email",
-                "sleep_job"]
+SAMPLE_TYPES = [
+    "data_transform",
+    "fail_job",
+    "http_fetch",
+    "image_resize",
+    "send_email",
+    "sleep_job",
+]
 
 
 def listed(*args: str) -> str:
@@ -55,18 +62,55 @@ def test_submit__bad_priority__usage_error() -> None:
 
 def test_table__columns_result_or_error_truncated() -> None:
     rows = [
-        {"id": "7", "type": "data_transform", "priority": "high", "state": "done",
-         "attempts": 1, "result": {"A": "x"}, "last_error": None},
-        {"id": "12", "type": "fail_job", "priority": "normal", "state": "dead", "attempts": 1,
-         "result": None, "last_error": "e" * 100},
-        {"id": "13", "type": None, "priority": "low", "state": "ready", "attempts": 0,
-         "result": None, "last_error": None},
-        {"id": "14", "type": "django_task", "priority": "low", "state": "dead", "attempts": 1,
-         "result": None, "last_error": "ValueError: no\nTraceback (most recent call last):\n"},
+        {
+            "id": "7",
+            "type": "data_transform",
+            "priority": "high",
+            "state": "done",
+            "attempts": 1,
+            "result": {"A": "x"},
+            "last_error": None,
+        },
+        {
+            "id": "12",
+            "type": "fail_job",
+            "priority": "normal",
+            "state": "dead",
+            "attempts": 1,
+            "result": None,
+            "last_error": "e" * 100,
+        },
+        {
+            "id": "13",
+            "type": None,
+            "priority": "low",
+            "state": "ready",
+            "attempts": 0,
+            "result": None,
+            "last_error": None,
+        },
+        {
+            "id": "14",
+            "type": "django_task",
+            "priority": "low",
+            "state": "dead",
+            "attempts": 1,
+            "result": None,
+            "last_error": "ValueError: no\nTraceback (most recent call last):\n",
+        },
     ]
     lines = table(rows).splitlines()
-    assert lines[0].split() == ["ID", "TYPE", "PRIORITY", "STATE", "ATTEMPTS", "RESULT", "/",
-                                "LAST", "ERROR"]
+    assert lines[0].split() == [
+        "ID",
+        "TYPE",
+        "PRIORITY",
+        "STATE",
+        "ATTEMPTS",
+        "RESULT",
+        "/",
+        "LAST",
+        "ERROR",
+    ]
     assert lines[1].split() == ["7", "data_transform", "high", "done", "1", '{"A":"x"}']
     assert lines[2].split() == ["12", "fail_job", "normal", "dead", "1", "e" * 59 + "…"]
     assert lines[3].split() == ["13", "-", "low", "ready", "0", "-"]
@@ -85,8 +129,13 @@ def test_wait_for__polls_unfinished_until_all_finish() -> None:
         fetched.append(task_id)
         return {"id": task_id, "state": next(states[task_id])}
 
-    tasks, finished = wait_for(fetch, ["1", "2"], timeout_s=5, interval_s=0.001,
-                               progress=lambda *p: seen_progress.append(p))
+    tasks, finished = wait_for(
+        fetch,
+        ["1", "2"],
+        timeout_s=5,
+        interval_s=0.001,
+        progress=lambda *p: seen_progress.append(p),
+    )
     assert finished
     assert [t["state"] for t in tasks] == ["done", "dead"]
     assert fetched == ["1", "2", "1", "1"]  # a finished task is not fetched again
@@ -94,8 +143,9 @@ def test_wait_for__polls_unfinished_until_all_finish() -> None:
 
 
 def test_wait_for__timeout__returns_unfinished() -> None:
-    tasks, finished = wait_for(lambda i: {"id": i, "state": "ready"}, ["1"], timeout_s=0.05,
-                               interval_s=0.01)
+    tasks, finished = wait_for(
+        lambda i: {"id": i, "state": "ready"}, ["1"], timeout_s=0.05, interval_s=0.01
+    )
     assert not finished
     assert tasks == [{"id": "1", "state": "ready"}]
 
@@ -108,7 +158,7 @@ def rows_of(output: str) -> dict[str, list[str]]:
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("ID "))
     rows = {}
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         cells = re.split(r" {2,}", line.strip(), maxsplit=5)
         if len(cells) < 6 or not cells[0].isdigit():
             break
@@ -122,18 +172,55 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
     # http_fetch's sample fetches the broker's own /healthz, on loopback: refused by default.
     loopback = {"BROKER_FETCH_ALLOWED_NETWORKS": "127.0.0.0/8"}
     with gunicorn(db_url, tmp_path, **loopback) as base:
-        with running(manage(["submit", "--broker", base, "--type", "sleep_job", "--priority",
-                             "high", "--no-poll"], db_url, tmp_path, "submit-no-poll")) as queued:
+        with running(
+            manage(
+                [
+                    "submit",
+                    "--broker",
+                    base,
+                    "--type",
+                    "sleep_job",
+                    "--priority",
+                    "high",
+                    "--no-poll",
+                ],
+                db_url,
+                tmp_path,
+                "submit-no-poll",
+            )
+        ) as queued:
             assert queued.wait(60) == 0, queued.output()
             [(early_id, *early)] = rows_of(queued.output()).values()
         assert early == ["high", "ready", "0", "-"]  # no worker yet: nobody took it
 
-        worker = manage(["runworker", "--broker", base, "--concurrency", "3", "--wait-ms", "1000",
-                         "--log-file", str(tmp_path / "jobs.log")], db_url, tmp_path, "worker",
-                        **loopback)
-        with running(worker), running(manage(["submit", "--broker", base, "--timeout", "60",
-                                              "--interval-ms", "100"], db_url, tmp_path,
-                                             "submit")) as submit:
+        worker = manage(
+            [
+                "runworker",
+                "--broker",
+                base,
+                "--concurrency",
+                "3",
+                "--wait-ms",
+                "1000",
+                "--log-file",
+                str(tmp_path / "jobs.log"),
+            ],
+            db_url,
+            tmp_path,
+            "worker",
+            **loopback,
+        )
+        with (
+            running(worker),
+            running(
+                manage(
+                    ["submit", "--broker", base, "--timeout", "60", "--interval-ms", "100"],
+                    db_url,
+                    tmp_path,
+                    "submit",
+                )
+            ) as submit,
+        ):
             assert submit.wait(90) == 0, submit.output()
             output = submit.output()
             status, early_task = http("GET", f"{base}/jobs/{early_id}")
@@ -155,7 +242,9 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
     assert all(rows[name][1] == "normal" for name in SAMPLE_TYPES)
     assert "submitted sleep_job:" in output
     assert (status, early_task["state"], early_task["result"]) == (
-        200, "done", {"slept_seconds": 0.5}
+        200,
+        "done",
+        {"slept_seconds": 0.5},
     )
 
 
@@ -163,9 +252,24 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
 @pytest.mark.postgres
 def test_submit_e2e__no_worker__times_out_exit_1(db_url: str, tmp_path: Path) -> None:
     with gunicorn(db_url, tmp_path, WORKERS="1") as base:
-        with running(manage(["submit", "--broker", base, "--type", "data_transform", "--timeout",
-                             "1", "--payload", '{"input": {"a": " b "}}'], db_url, tmp_path,
-                            "submit")) as submit:
+        with running(
+            manage(
+                [
+                    "submit",
+                    "--broker",
+                    base,
+                    "--type",
+                    "data_transform",
+                    "--timeout",
+                    "1",
+                    "--payload",
+                    '{"input": {"a": " b "}}',
+                ],
+                db_url,
+                tmp_path,
+                "submit",
+            )
+        ) as submit:
             assert submit.wait(60) == 1
             output = submit.output()
     assert "1 task(s) unfinished after 1 s" in output
@@ -177,9 +281,22 @@ def test_submit_e2e__no_worker__times_out_exit_1(db_url: str, tmp_path: Path) ->
 @pytest.mark.postgres
 def test_submit_e2e__refused_payload__exit_1_naming_the_field(db_url: str, tmp_path: Path) -> None:
     with gunicorn(db_url, tmp_path, WORKERS="1") as base:
-        with running(manage(["submit", "--broker", base, "--type", "image_resize", "--payload",
-                             '{"width": 99999, "height": 1}'], db_url, tmp_path,
-                            "submit")) as submit:
+        with running(
+            manage(
+                [
+                    "submit",
+                    "--broker",
+                    base,
+                    "--type",
+                    "image_resize",
+                    "--payload",
+                    '{"width": 99999, "height": 1}',
+                ],
+                db_url,
+                tmp_path,
+                "submit",
+            )
+        ) as submit:
             assert submit.wait(60) == 1
             output = submit.output()
     assert "refused image_resize: 400" in output

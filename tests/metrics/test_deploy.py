@@ -1,5 +1,6 @@
 """deploy/: the Prometheus config and rules parse, and every metric they or the Grafana dashboard
 use is one the broker exports."""
+
 from __future__ import annotations
 
 import json
@@ -13,16 +14,21 @@ from rest_framework.test import APIClient
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 BROKER_METRIC = re.compile(r"\b(?:jobs?|queue)_[a-z_]+\b")
-PANEL_TOPICS = ("queue_pending_jobs", "jobs_completed_total", "jobs_failed_total",
-                "job_processing_duration_seconds_bucket")
+PANEL_TOPICS = (
+    "queue_pending_jobs",
+    "jobs_completed_total",
+    "jobs_failed_total",
+    "job_processing_duration_seconds_bucket",
+)
 
 
 @pytest.fixture
 def exported() -> set[str]:
     response = APIClient().get("/metrics")
     assert response.status_code == 200
-    return {s.name for f in text_string_to_metric_families(response.content.decode())
-            for s in f.samples}
+    return {
+        s.name for f in text_string_to_metric_families(response.content.decode()) for s in f.samples
+    }
 
 
 def _dashboard_exprs() -> list[str]:
@@ -47,8 +53,9 @@ def test_prometheus_yml__scrapes_metrics_with_a_bearer_token_file() -> None:
 
 @pytest.mark.django_db
 def test_dashboard_and_rules__every_broker_metric_used__is_exported(exported: set[str]) -> None:
-    used = {name for expr in _dashboard_exprs() + _rule_exprs()
-            for name in BROKER_METRIC.findall(expr)}
+    used = {
+        name for expr in _dashboard_exprs() + _rule_exprs() for name in BROKER_METRIC.findall(expr)
+    }
     assert used
     assert used <= exported, used - exported
 

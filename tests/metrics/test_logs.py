@@ -1,4 +1,5 @@
 """Logs: one INFO line per state change, one per request, and the level from LOG_LEVEL."""
+
 from __future__ import annotations
 
 import logging
@@ -38,7 +39,10 @@ def test_state_change_log__enqueue_claim_ack__one_info_line_each(
     record = next(r for r in caplog.records if r.name == "broker.transitions")
     assert record.levelno == logging.INFO
     assert (record.task_id, record.queue, record.from_state, record.to_state) == (
-        pk, "mail", "new", "ready",
+        pk,
+        "mail",
+        "new",
+        "ready",
     )
 
 
@@ -119,7 +123,12 @@ def test_log_level__from_env_log_level(level: str | None, expected: str) -> None
     env["DJANGO_SETTINGS_MODULE"] = "queueproject.settings"
     code = "import django, logging; django.setup(); print(logging.getLogger().level)"
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert logging.getLevelName(int(out.stdout.strip())) == expected

@@ -1,4 +1,5 @@
 """GET /metrics: API.md's names, the /stats totals, per-queue gauges, the duration histogram."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -18,8 +19,14 @@ from tests.conftest import assert_invariant
 pytestmark = pytest.mark.django_db
 
 API_MD_NAMES = {
-    "jobs_enqueued_total", "jobs_completed_total", "jobs_failed_total", "jobs_dead_lettered_total",
-    "queue_pending_jobs", "queue_running_jobs", "queue_delayed_jobs", "queue_dead_jobs",
+    "jobs_enqueued_total",
+    "jobs_completed_total",
+    "jobs_failed_total",
+    "jobs_dead_lettered_total",
+    "queue_pending_jobs",
+    "queue_running_jobs",
+    "queue_delayed_jobs",
+    "queue_dead_jobs",
 }
 HISTOGRAM = "job_processing_duration_seconds"
 
@@ -132,8 +139,12 @@ def test_metrics__tasks_in_two_queues__gauges_labelled_per_queue(clock: Clock) -
     assert value(samples, "queue_dead_jobs", queue="gamma") == 1
     assert value(samples, "queue_pending_jobs", queue="default") == 0
     stats = APIClient().get("/stats").json()
-    for metric, state in (("queue_pending_jobs", "ready"), ("queue_running_jobs", "handed_out"),
-                          ("queue_delayed_jobs", "delayed"), ("queue_dead_jobs", "dead")):
+    for metric, state in (
+        ("queue_pending_jobs", "ready"),
+        ("queue_running_jobs", "handed_out"),
+        ("queue_delayed_jobs", "delayed"),
+        ("queue_dead_jobs", "dead"),
+    ):
         total = sum(v for (name, _), v in samples.items() if name == metric)
         assert total == stats[state], metric
 
@@ -148,8 +159,10 @@ def test_metrics__ack_after_300ms_and_nack_after_7s__each_in_its_bucket(clock: C
     assert {d1.task.pk, d2.task.pk} == {first, second}
 
     samples = scrape()
-    bucket = {le: value(samples, f"{HISTOGRAM}_bucket", le=le)
-              for le in ("0.25", "0.5", "5.0", "10.0", "+Inf")}
+    bucket = {
+        le: value(samples, f"{HISTOGRAM}_bucket", le=le)
+        for le in ("0.25", "0.5", "5.0", "10.0", "+Inf")
+    }
     assert bucket == {"0.25": 0, "0.5": 1, "5.0": 1, "10.0": 2, "+Inf": 2}
     assert value(samples, f"{HISTOGRAM}_count") == 2
     assert value(samples, f"{HISTOGRAM}_sum") == pytest.approx(0.3 + 7.0, abs=1e-6)

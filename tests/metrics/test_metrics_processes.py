@@ -1,4 +1,5 @@
 """Two gunicorn workers on PostgreSQL: every scrape agrees, whichever process answers."""
+
 from __future__ import annotations
 
 import urllib.request

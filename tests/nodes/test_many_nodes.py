@@ -1,4 +1,5 @@
 """Three broker nodes (gunicorn instances) over one PostgreSQL behave as one broker."""
+
 from __future__ import annotations
 
 import json
@@ -68,16 +69,34 @@ def test_three_nodes__workers_on_each__every_task_handed_out_once_and_all_nodes_
     log = tmp_path / "jobs.log"
     with ExitStack() as stack:
         workers = [
-            stack.enter_context(running(manage(
-                ["runworker", "--broker", base, "--log-file", str(log), "--concurrency", "2",
-                 "--wait-ms", "2000"],
-                db_url, tmp_path, f"worker{n}", LOG_LEVEL="INFO",
-            )))
+            stack.enter_context(
+                running(
+                    manage(
+                        [
+                            "runworker",
+                            "--broker",
+                            base,
+                            "--log-file",
+                            str(log),
+                            "--concurrency",
+                            "2",
+                            "--wait-ms",
+                            "2000",
+                        ],
+                        db_url,
+                        tmp_path,
+                        f"worker{n}",
+                        LOG_LEVEL="INFO",
+                    )
+                )
+            )
             for n, base in enumerate(nodes)
         ]
         ids = _post_round_robin(nodes, TASKS)
         wait_until(
-            lambda: http("GET", f"{nodes[0]}/stats")[1]["totals"]["acked"] == TASKS, 60, 0.2,
+            lambda: http("GET", f"{nodes[0]}/stats")[1]["totals"]["acked"] == TASKS,
+            60,
+            0.2,
             f"{TASKS} acks",
         )
         time.sleep(0.5)  # a duplicate delivery, if there were one, would show up by now

@@ -2,6 +2,7 @@
 
 Needs the pgbouncer binary (Debian package pgbouncer); without it the test skips and says so.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,16 +19,18 @@ from tests.procs import Proc, free_port, gunicorn, http, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
-PGBOUNCER = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists(
-    "/usr/sbin/pgbouncer") else None)
+PGBOUNCER = shutil.which("pgbouncer") or (
+    "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
+)
 
 
 def _answers(port: int) -> bool:
     import psycopg
 
     try:
-        with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres",
-                             connect_timeout=1) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=port, user="postgres", dbname="postgres", connect_timeout=1
+        ) as conn:
             return conn.execute("SELECT 1").fetchone() == (1,)
     except psycopg.OperationalError:
         return False
@@ -49,8 +52,11 @@ def bounced_url(db_url: str) -> Iterator[str]:
         f"auth_type = trust\nauth_file = {folder / 'users.txt'}\npool_mode = transaction\n"
         "default_pool_size = 10\nignore_startup_parameters = extra_float_digits,options\n"
     )
-    args = [PGBOUNCER, *(["-u", "postgres"] if os.geteuid() == 0 else []),
-            str(folder / "pgbouncer.ini")]
+    args = [
+        PGBOUNCER,
+        *(["-u", "postgres"] if os.geteuid() == 0 else []),
+        str(folder / "pgbouncer.ini"),
+    ]
     proc = Proc(args, dict(os.environ), folder / "pgbouncer.log")
     try:
         wait_until(lambda: _answers(port), 10, 0.1, "pgbouncer to answer")
@@ -85,11 +91,17 @@ def _wake_ms(enqueue_on: str, parked_on: str, i: int) -> float:
 def test_node_behind_pgbouncer__listen_url_direct__wakes_and_is_woken_within_100ms(
     db_url: str, bounced_url: str, tmp_path: Path
 ) -> None:
-    with gunicorn(db_url, tmp_path, "direct", WORKERS="1") as direct, gunicorn(
-        bounced_url, tmp_path, "bounced", WORKERS="1",
-        BROKER_DB_PREPARE="False",  # PgBouncer < 1.21 cannot keep prepared statements
-        BROKER_LISTEN_DATABASE_URL=db_url,
-    ) as bounced:
+    with (
+        gunicorn(db_url, tmp_path, "direct", WORKERS="1") as direct,
+        gunicorn(
+            bounced_url,
+            tmp_path,
+            "bounced",
+            WORKERS="1",
+            BROKER_DB_PREPARE="False",  # PgBouncer < 1.21 cannot keep prepared statements
+            BROKER_LISTEN_DATABASE_URL=db_url,
+        ) as bounced,
+    ):
         woken = sorted(_wake_ms(direct, bounced, i) for i in range(15))
         waking = sorted(_wake_ms(bounced, direct, i) for i in range(15))
         stats = [http("GET", f"{base}/stats")[1] for base in (direct, bounced)]

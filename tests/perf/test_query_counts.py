@@ -1,4 +1,5 @@
 """The hot paths cost the fewest queries: a regression here fails, whatever the machine's speed."""
+
 from __future__ import annotations
 
 import pytest
@@ -45,7 +46,8 @@ def test_hot_paths__query_count_per_call(api_client) -> None:
     n, r = _count(
         lambda: api_client.post(
             f"/jobs/{second['task']['id']}/nack?lease_id={second['lease_id']}",
-            {"error": "boom"}, format="json",
+            {"error": "boom"},
+            format="json",
         )
     )
     assert r.status_code == 204

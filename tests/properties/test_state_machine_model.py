@@ -5,6 +5,7 @@ itself here: retry backoffs and delays are hours long, and a lease expires, a ba
 finished task ages only when a rule moves that one task's timestamp into the past with a test-only
 UPDATE (a timestamp is not a state; the state machine still makes every move).
 """
+
 from __future__ import annotations
 
 import json

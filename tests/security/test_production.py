@@ -1,5 +1,6 @@
 """Production mode: DEBUG off + BROKER_HTTPS=1 + tokens passes `check --deploy`; secure cookies,
 headers, HTTPS redirects; no web server without SECRET_KEY."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,13 @@ from django.test import Client, override_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 STRONG_KEY = "kT9#vQ2$mL7@pX4!rZ8%wB1^nF6&hJ3*sD5(gY0)cV-eU+aI=oP_t"
-PRODUCTION = {"DEBUG": "False", "BROKER_HTTPS": "1", "SECRET_KEY": STRONG_KEY,
-              "ALLOWED_HOSTS": "broker.example.com", "BROKER_API_TOKENS": "a-token-for-workers"}
+PRODUCTION = {
+    "DEBUG": "False",
+    "BROKER_HTTPS": "1",
+    "SECRET_KEY": STRONG_KEY,
+    "ALLOWED_HOSTS": "broker.example.com",
+    "BROKER_API_TOKENS": "a-token-for-workers",
+}
 HTTPS_SETTINGS = {
     "SECURE_SSL_REDIRECT": True,
     "SECURE_HSTS_SECONDS": 31_536_000,
@@ -26,11 +32,25 @@ HTTPS_SETTINGS = {
 
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in
-            {"DEBUG", "SECRET_KEY", "BROKER_HTTPS", "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT",
-             "BROKER_API_TOKENS"}}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "DEBUG",
+            "SECRET_KEY",
+            "BROKER_HTTPS",
+            "ALLOWED_HOSTS",
+            "SECURE_SSL_REDIRECT",
+            "BROKER_API_TOKENS",
+        }
+    }
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True,
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
         timeout=120,
     )
 
@@ -73,8 +93,12 @@ def test_production_mode__settings_from_env__secure_cookies_hsts_redirect() -> N
 
 def test_debug_off__no_secret_key__web_app_refuses_to_start() -> None:
     # What gunicorn and runserver import first.
-    result = _run(["-c", "import queueproject.wsgi"], DEBUG="False", SECRET_KEY="",
-                  DJANGO_SETTINGS_MODULE="queueproject.settings")
+    result = _run(
+        ["-c", "import queueproject.wsgi"],
+        DEBUG="False",
+        SECRET_KEY="",
+        DJANGO_SETTINGS_MODULE="queueproject.settings",
+    )
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
 

@@ -1,5 +1,6 @@
 """Pages for people: admin, dashboard and (with tokens set) the API docs need a staff login;
 CSRF stays on."""
+
 from __future__ import annotations
 
 import pytest
@@ -50,9 +51,7 @@ def test_dashboard_data__anonymous__403_json() -> None:
 
 def test_admin_login__post_without_csrf_token__403(staff_user: User) -> None:
     client = Client(enforce_csrf_checks=True)
-    response = client.post(
-        "/admin/login/", {"username": "staff", "password": "a-long-password-2"}
-    )
+    response = client.post("/admin/login/", {"username": "staff", "password": "a-long-password-2"})
     assert response.status_code == 403
     assert "_auth_user_id" not in client.session
 

@@ -1,4 +1,5 @@
 """BROKER_API_TOKENS: every API call but /healthz needs a bearer token; 401 is JSON."""
+
 from __future__ import annotations
 
 import hmac
@@ -121,9 +122,19 @@ def test_tokens_unset__api_open() -> None:
 
 
 def test_tokens_env__comma_separated_with_spaces__each_token_trimmed() -> None:
-    env = {**os.environ, "BROKER_API_TOKENS": "alpha, beta ,,gamma",
-           "DJANGO_SETTINGS_MODULE": "queueproject.settings"}
+    env = {
+        **os.environ,
+        "BROKER_API_TOKENS": "alpha, beta ,,gamma",
+        "DJANGO_SETTINGS_MODULE": "queueproject.settings",
+    }
     code = "from django.conf import settings; print(settings.BROKER_API_TOKENS)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.strip() == "['alpha', 'beta', 'gamma']"

@@ -1,4 +1,5 @@
 """Service-test helpers: counter deltas, one-task claims, and the invariant after every test."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

@@ -1,4 +1,5 @@
 """queue.ack, queue.nack and queue.extend: the moves out of handed_out, and the lease guard."""
+
 from __future__ import annotations
 
 import json
@@ -95,8 +96,9 @@ def test_nack__attempts_left__delayed_by_first_backoff(
     assert moved() == {"enqueued": 1, "delivered": 1, "nacked": 1, "retried": 1}
 
 
-@pytest.mark.parametrize(("k", "low_ms", "high_ms"), [(1, 500, 1000), (2, 1000, 2000),
-                                                      (3, 2000, 4000), (4, 4000, 8000)])
+@pytest.mark.parametrize(
+    ("k", "low_ms", "high_ms"), [(1, 500, 1000), (2, 1000, 2000), (3, 2000, 4000), (4, 4000, 8000)]
+)
 def test_nack__kth_failure__waits_half_to_all_of_2_pow_k_minus_1_seconds(
     enqueue_task, claim_one, clock, k: int, low_ms: int, high_ms: int
 ) -> None:
@@ -134,7 +136,11 @@ def test_nack__every_attempt__each_error_kept(enqueue_task, claim_one, clock, mo
     assert (task.state, task.last_error) == (State.DEAD, "failure 3")
     assert errors_of(pk) == [(1, "failure 1"), (2, "failure 2"), (3, "failure 3")]
     assert moved() == {
-        "enqueued": 1, "delivered": 3, "nacked": 3, "retried": 2, "buried": 1,
+        "enqueued": 1,
+        "delivered": 3,
+        "nacked": 3,
+        "retried": 2,
+        "buried": 1,
     }
 
 
@@ -163,12 +169,12 @@ def test_nack__not_handed_out__404(enqueue_task, state: str, moved: Moved) -> No
     assert moved() == ({} if state == "unknown" else {"enqueued": 1})
 
 
-
 def test_nack__error_with_nul__kept_with_replacement_char(enqueue_task, claim_one) -> None:
     pk = enqueue_task()
     queue.nack(pk, lease_id=claim_one().lease_id, error="a\x00b")
     assert errors_of(pk) == [(1, "a\ufffdb")]
     assert Task.objects.get(pk=pk).last_error == "a\ufffdb"
+
 
 # -- extend -----------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 The failure is injected in the database (a trigger refusing writes to one table), so the test holds
 whatever SQL a move uses; transaction=True so each move's own transaction is what rolls back.
 """
+
 from __future__ import annotations
 
 import time
@@ -67,8 +68,9 @@ def _prepare(op: str) -> Callable[[], object]:
         return lambda: queue.enqueue(NewTask(payload="1"))
     if op == "enqueue_many":
         return lambda: queue.enqueue_many([NewTask(payload="1"), NewTask(payload="2")])
-    pk, _ = queue.enqueue(NewTask(payload="1", max_attempts=1 if op in ("nack_bury", "requeue")
-                                  else 3))
+    pk, _ = queue.enqueue(
+        NewTask(payload="1", max_attempts=1 if op in ("nack_bury", "requeue") else 3)
+    )
     if op == "claim":
         return lambda: queue.claim(None, 1000)
     if op == "cancel":
@@ -89,8 +91,17 @@ def _prepare(op: str) -> Callable[[], object]:
 
 @pytest.mark.parametrize(
     "op",
-    ["enqueue", "enqueue_many", "claim", "ack", "nack_retry", "nack_bury", "reclaim", "cancel",
-     "requeue"],
+    [
+        "enqueue",
+        "enqueue_many",
+        "claim",
+        "ack",
+        "nack_retry",
+        "nack_bury",
+        "reclaim",
+        "cancel",
+        "requeue",
+    ],
 )
 def test_move__counter_write_fails__task_and_counters_unchanged(op: str, refuse_writes) -> None:
     move = _prepare(op)

@@ -1,4 +1,5 @@
 """queue.cancel and queue.requeue: the moves people make, from every state."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -111,7 +112,12 @@ def test_requeue__dead__ready_attempts_reset_history_kept(
     history = TaskError.objects.filter(task_id=pk).values_list("attempt", "error")
     assert list(history) == [(1, "first"), (2, "second")]
     assert moved() == {
-        "enqueued": 1, "delivered": 2, "nacked": 2, "retried": 1, "buried": 1, "requeued": 1,
+        "enqueued": 1,
+        "delivered": 2,
+        "nacked": 2,
+        "retried": 1,
+        "buried": 1,
+        "requeued": 1,
     }
     d = claim_one()
     assert (d.task.pk, d.task.attempts) == (pk, 1)

@@ -1,4 +1,5 @@
 """queue.enqueue and queue.claim: → ready/delayed, → handed_out, with their counters."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,5 @@
 """queue.reclaim_expired and queue.promote_delayed: the sweeper's moves."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -118,11 +119,19 @@ def test_lifecycle__nack_reclaim_bury_requeue_ack__counters_agree(
     task = Task.objects.get(pk=pk)
     assert (task.state, task.attempts, task.result) == (State.DONE, 1, '"fine"')
     assert list(TaskError.objects.values_list("attempt", "error")) == [
-        (1, "one"), (2, "lease expired"), (3, "three"),
+        (1, "one"),
+        (2, "lease expired"),
+        (3, "three"),
     ]
     assert moved() == {
-        "enqueued": 1, "delivered": 4, "nacked": 2, "reclaimed": 1, "retried": 2, "buried": 1,
-        "requeued": 1, "acked": 1,
+        "enqueued": 1,
+        "delivered": 4,
+        "nacked": 2,
+        "reclaimed": 1,
+        "retried": 2,
+        "buried": 1,
+        "requeued": 1,
+        "acked": 1,
     }
 
 

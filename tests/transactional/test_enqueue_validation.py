@@ -1,4 +1,5 @@
 """broker.enqueue() refuses what POST /jobs refuses, naming the argument, and stores nothing."""
+
 from __future__ import annotations
 
 import math
@@ -107,8 +108,13 @@ def test_import_broker__before_django_setup__works_without_loading_django() -> N
     )
 
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=30, check=False,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
 
     assert done.returncode == 0, done.stderr

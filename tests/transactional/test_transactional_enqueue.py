@@ -1,4 +1,5 @@
 """broker.enqueue() in transaction.atomic(): the task exists, and wakes claims, only on commit."""
+
 from __future__ import annotations
 
 import json
@@ -76,7 +77,8 @@ def test_enqueue__inner_savepoint_rolled_back__only_the_outer_task_survives() ->
 
     # By payload, not id: SQLite hands the rolled-back id to the next insert.
     assert list(Task.objects.order_by("pk").values_list("pk", "payload", "queue")) == [
-        (int(kept_before), '"before"', "outer"), (int(kept_after), '"after"', "outer")
+        (int(kept_before), '"before"', "outer"),
+        (int(kept_after), '"after"', "outer"),
     ]
     assert _enqueued() == 2
 

@@ -1,4 +1,5 @@
 """Retry backoff: the k-th retry waits between half and all of min(30 s, 2^(k-1) s)."""
+
 from __future__ import annotations
 
 import random
@@ -28,8 +29,16 @@ def ceiling_ms(k: int) -> int:
 
 @pytest.mark.parametrize(
     ("k", "low", "high"),
-    [(1, 500, 1000), (2, 1000, 2000), (3, 2000, 4000), (4, 4000, 8000), (5, 8000, 16_000),
-     (6, 15_000, 30_000), (7, 15_000, 30_000), (100, 15_000, 30_000)],
+    [
+        (1, 500, 1000),
+        (2, 1000, 2000),
+        (3, 2000, 4000),
+        (4, 4000, 8000),
+        (5, 8000, 16_000),
+        (6, 15_000, 30_000),
+        (7, 15_000, 30_000),
+        (100, 15_000, 30_000),
+    ],
 )
 def test_backoff__fixed_rng__hits_both_ends(k: int, low: int, high: int) -> None:
     assert backoff_ms(k, BASE_MS, CAP_MS, FixedRng(0.0)) == low

@@ -1,4 +1,5 @@
 """Pure request parsing: query integers, ids, queue lists, JSON depth, timestamps; no database."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,7 @@ from broker.api.representation import timestamp
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [(None, 7), ("0", 0), ("5", 5), ("30000", 30_000), ("30001", 30_000),
-     ("9" * 40, 30_000)],
+    [(None, 7), ("0", 0), ("5", 5), ("30000", 30_000), ("30001", 30_000), ("9" * 40, 30_000)],
 )
 def test_query_int__absent_default_present_capped(raw: str | None, expected: int) -> None:
     params = {} if raw is None else {"n": raw}
@@ -34,9 +34,19 @@ def test_query_int__below_minimum__400() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "expected"), [("1", 1), ("123", 123), ("0", 0), ("01", None), ("-1", None),
-                          ("1.0", None), ("abc", None), ("", None), ("\u0661", None),
-                          ("9" * 19, None)],
+    ("raw", "expected"),
+    [
+        ("1", 1),
+        ("123", 123),
+        ("0", 0),
+        ("01", None),
+        ("-1", None),
+        ("1.0", None),
+        ("abc", None),
+        ("", None),
+        ("\u0661", None),
+        ("9" * 19, None),
+    ],
 )
 def test_task_id__only_canonical_decimals(raw: str, expected: int | None) -> None:
     assert parsing.task_id(raw) == expected
@@ -44,8 +54,15 @@ def test_task_id__only_canonical_decimals(raw: str, expected: int | None) -> Non
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [(None, None), ("", None), (",", None), ("a", ["a"]), ("a,b", ["a", "b"]),
-     ("a,,b", ["a", "b"]), (["x", "y"], ["x", "y"])],
+    [
+        (None, None),
+        ("", None),
+        (",", None),
+        ("a", ["a"]),
+        ("a,b", ["a", "b"]),
+        ("a,,b", ["a", "b"]),
+        (["x", "y"], ["x", "y"]),
+    ],
 )
 def test_queue_list__names(raw: str | list[str] | None, expected: list[str] | None) -> None:
     assert parsing.queue_list(raw) == expected
@@ -73,9 +90,11 @@ def test_dump_json__ascii_escapes_keep_nul_and_any_unicode() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "2026-01-02T03:04:05.000Z"),
-     (datetime(2026, 1, 2, 3, 4, 5, 678_999, tzinfo=UTC), "2026-01-02T03:04:05.678Z"),
-     (None, None)],
+    [
+        (datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "2026-01-02T03:04:05.000Z"),
+        (datetime(2026, 1, 2, 3, 4, 5, 678_999, tzinfo=UTC), "2026-01-02T03:04:05.678Z"),
+        (None, None),
+    ],
 )
 def test_timestamp__rfc3339_utc_milliseconds(value: datetime | None, text: str | None) -> None:
     assert timestamp(value) == text

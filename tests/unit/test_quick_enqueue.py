@@ -1,4 +1,5 @@
 """The enqueue fast path never accepts what the serializer refuses, nor reads it differently."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,14 +11,20 @@ from broker.validation import EnqueueSerializer, new_task, quick_new_task, task_
 from contract.errors import flatten
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
     max_leaves=8,
 )
 field_values = {
     "payload": json_values,
-    "max_attempts": st.integers(-2, 102) | st.booleans() | st.text(max_size=3) | st.none()
+    "max_attempts": st.integers(-2, 102)
+    | st.booleans()
+    | st.text(max_size=3)
+    | st.none()
     | st.floats(0, 5),
     "delay_ms": st.integers(-1, 7 * 24 * 3600 * 1000 + 1) | st.none() | st.text(max_size=3),
     "queue": st.text(max_size=70) | st.sampled_from(["default", "a.b-c_9", "x\n"]) | st.none(),
@@ -26,9 +33,7 @@ field_values = {
     "idempotency_key": st.none() | st.text(max_size=260) | st.integers(),
     "max_attempt": st.integers(),
 }
-bodies = st.fixed_dictionaries(
-    {}, optional=field_values
-) | json_values
+bodies = st.fixed_dictionaries({}, optional=field_values) | json_values
 
 
 @settings(max_examples=400, deadline=None)

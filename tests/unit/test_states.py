@@ -1,4 +1,5 @@
 """The transition table: every move names known states and counters, and keeps the invariant."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,14 @@ def test_states__exactly_the_six_of_the_contract() -> None:
 
 def test_counters__exactly_the_totals_of_the_contract() -> None:
     assert tuple(COUNTERS) == (
-        "enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried", "requeued",
+        "enqueued",
+        "delivered",
+        "acked",
+        "nacked",
+        "reclaimed",
+        "retried",
+        "buried",
+        "requeued",
         "cancelled",
     )
 

@@ -196,7 +196,9 @@ def test_client__claim_many_204__empty(http_broker: FakeServer, make_client: Mak
 
     assert make_client(http_broker.url).claim_many(5, 0, 1000) == []
     assert http_broker.requests_to("POST", "/jobs/claim")[0].body == {
-        "max": 5, "wait_ms": 0, "lease_ms": 1000,
+        "max": 5,
+        "wait_ms": 0,
+        "lease_ms": 1000,
     }
 
 
@@ -220,10 +222,12 @@ def test_client__ack_many__items_in_body_per_item_answers(
     client = make_client(http_broker.url)
 
     assert client.ack_many([("t1", "l1", {"n": 1}), ("t2", "l2", None)]) == [True, False]
-    assert http_broker.requests_to("POST", "/jobs/ack")[-1].body == {"acks": [
-        {"id": "t1", "lease_id": "l1", "result": {"n": 1}},
-        {"id": "t2", "lease_id": "l2", "result": None},
-    ]}
+    assert http_broker.requests_to("POST", "/jobs/ack")[-1].body == {
+        "acks": [
+            {"id": "t1", "lease_id": "l1", "result": {"n": 1}},
+            {"id": "t2", "lease_id": "l2", "result": None},
+        ]
+    }
     assert "ack of task t2 answered 409" in caplog.text
 
 
@@ -288,15 +292,27 @@ def test_produce_command__batch__summary_line_and_exit_0(http_broker: FakeServer
     http_broker.default("POST", "/jobs/batch", Reply(201, {"ids": []}))
     out = io.StringIO()
 
-    call_command(produce.Command(), "--broker", http_broker.url, "-n", "7", "--batch", "3",
-                 "--concurrency", "2", stdout=out, stderr=io.StringIO())
+    call_command(
+        produce.Command(),
+        "--broker",
+        http_broker.url,
+        "-n",
+        "7",
+        "--batch",
+        "3",
+        "--concurrency",
+        "2",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
 
     assert out.getvalue().startswith("sent 7, rejected 0, ")
     assert len(http_broker.requests_to("POST", "/jobs/batch")) == 3
 
 
-@pytest.mark.parametrize(("command", "flag"), [(produce, "1001"), (runworker, "101"),
-                                                (runworker, "0")])
+@pytest.mark.parametrize(
+    ("command", "flag"), [(produce, "1001"), (runworker, "101"), (runworker, "0")]
+)
 def test_batch_flag__out_of_range__usage_error(command: Any, flag: str) -> None:
     with pytest.raises(CommandError, match="batch"):
         call_command(command.Command(), "--batch", flag, stdout=io.StringIO())

@@ -213,9 +213,7 @@ def test_client__extend_409__false(http_broker: FakeServer, make_client: MakeCli
     assert client.extend("t1", "l1", 5000) is False
 
 
-def test_client__enqueue__status_and_json(
-    http_broker: FakeServer, make_client: MakeClient
-) -> None:
+def test_client__enqueue__status_and_json(http_broker: FakeServer, make_client: MakeClient) -> None:
     http_broker.script("POST", "/jobs", Reply(503), Reply(201, {"id": "t9"}))
     client = make_client(http_broker.url)
 

@@ -41,8 +41,13 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         child_env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
         child_env.update(env)
         with open(tmp_path / "worker.err", "ab") as err:
-            proc = subprocess.Popen([sys.executable, "-c", CHILD, *args], cwd=ROOT,
-                                    env=child_env, stdout=err, stderr=err)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", CHILD, *args],
+                cwd=ROOT,
+                env=child_env,
+                stdout=err,
+                stderr=err,
+            )
         procs.append(proc)
         return proc
 
@@ -64,7 +69,9 @@ def test_runworker__flags__defaults_from_the_contract(monkeypatch: pytest.Monkey
     options = parser.parse_args([])
 
     assert (options.broker, options.log_file, options.concurrency) == (
-        "http://127.0.0.1:8080", "./jobs.log", 3
+        "http://127.0.0.1:8080",
+        "./jobs.log",
+        3,
     )
     assert (options.wait_ms, options.lease_ms, options.queue) == (20000, 30000, "")
 
@@ -111,8 +118,17 @@ def test_runworker__signal_while_parked__exits_0_at_once(
 ) -> None:
     flags, (method, path), parked = MODES[mode]
     http_broker.default(method, path, Reply(204, hold_s=20))
-    proc = spawn("--broker", http_broker.url, "--wait-ms", "20000", "--concurrency", "3",
-                 "--log-file", str(tmp_path / "jobs.log"), *flags)
+    proc = spawn(
+        "--broker",
+        http_broker.url,
+        "--wait-ms",
+        "20000",
+        "--concurrency",
+        "3",
+        "--log-file",
+        str(tmp_path / "jobs.log"),
+        *flags,
+    )
     assert wait_until(lambda: len(http_broker.requests_to(method, path)) == parked, 20)
     time.sleep(0.2)  # parked in recv()
 
@@ -153,8 +169,17 @@ def test_runworker__sigterm_with_task_in_hand__finishes_acks_exits_0(
     http_broker.script("GET", "/jobs/next", Reply(200, delivery("t1", {"line": "hello 1"})))
     http_broker.default("GET", "/jobs/next", Reply(204, hold_s=20))
     http_broker.default("POST", "/jobs/t1/ack", Reply(204))
-    proc = spawn("--broker", http_broker.url, "--concurrency", "1", "--log-file", str(fifo),
-                 "--prefetch", "0", BROKER_API_TOKEN="tok")
+    proc = spawn(
+        "--broker",
+        http_broker.url,
+        "--concurrency",
+        "1",
+        "--log-file",
+        str(fifo),
+        "--prefetch",
+        "0",
+        BROKER_API_TOKEN="tok",
+    )
     assert wait_until(lambda: len(http_broker.requests_to("GET", "/jobs/next")) == 1, 20)
     time.sleep(0.3)  # the handler is now blocked opening the FIFO
 
@@ -182,8 +207,16 @@ def test_runworker__sigterm_with_tasks_prefetched__runs_settles_all_exits_0(
     api = ApiFake(http_broker)
     for n in (1, 2, 3, 4):
         api.add(f"t{n}", {"line": f"hello {n}"})
-    proc = spawn("--broker", http_broker.url, "--concurrency", "1", "--prefetch", "3",
-                 "--log-file", str(fifo))
+    proc = spawn(
+        "--broker",
+        http_broker.url,
+        "--concurrency",
+        "1",
+        "--prefetch",
+        "3",
+        "--log-file",
+        str(fifo),
+    )
     # t1 runs, blocked on the FIFO; t2 waits its turn (one per thread until tasks are timed).
     assert wait_until(lambda: set(api.held) == {"t1", "t2"}, 20)
     time.sleep(0.3)

@@ -85,9 +85,23 @@ def test_produce_command__all_accepted__summary_line_and_exit_0(
     out, err = io.StringIO(), io.StringIO()
 
     call_command(
-        produce.Command(), "--broker", http_broker.url, "-n", "5", "--concurrency", "2",
-        "--max-attempts", "4", "--delay-ms", "10", "--queue", "q", "--priority", "low",
-        stdout=out, stderr=err,
+        produce.Command(),
+        "--broker",
+        http_broker.url,
+        "-n",
+        "5",
+        "--concurrency",
+        "2",
+        "--max-attempts",
+        "4",
+        "--delay-ms",
+        "10",
+        "--queue",
+        "q",
+        "--priority",
+        "low",
+        stdout=out,
+        stderr=err,
     )
 
     match = SUMMARY.match(out.getvalue().rstrip("\n"))
@@ -96,7 +110,10 @@ def test_produce_command__all_accepted__summary_line_and_exit_0(
     assert err.getvalue() == ""  # not a terminal: no progress bar
     body = http_broker.requests_to("POST", "/jobs")[0].body
     assert (body["max_attempts"], body["delay_ms"], body["queue"], body["priority"]) == (
-        4, 10, "q", "low"
+        4,
+        10,
+        "q",
+        "low",
     )
     assert set(body["payload"]) == {"line"}
 
@@ -135,8 +152,9 @@ def test_produce_command__stderr_is_terminal__progress_bar(
     http_broker.default("POST", "/jobs", Reply(201, {"id": "x"}))
     err = TTY()
 
-    call_command(produce.Command(), "--broker", http_broker.url, "-n", "5", stdout=io.StringIO(),
-                 stderr=err)
+    call_command(
+        produce.Command(), "--broker", http_broker.url, "-n", "5", stdout=io.StringIO(), stderr=err
+    )
 
     assert err.getvalue().startswith("\r[")
     assert err.getvalue().endswith(f"\r{producer.progress_bar(5, 5)}\n")

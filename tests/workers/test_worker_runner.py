@@ -81,9 +81,7 @@ def test_runner__untyped_task__appends_line_and_acks(
     assert log_file.read_text() == '{"id": "t1", "payload": {"line": "hello 1"}}\n'
 
 
-def test_runner__idle__tick_returns_none(
-    fake_broker: FakeBroker, make_runner: MakeRunner
-) -> None:
+def test_runner__idle__tick_returns_none(fake_broker: FakeBroker, make_runner: MakeRunner) -> None:
     assert make_runner().tick() is None
     assert fake_broker.claims == 1
 

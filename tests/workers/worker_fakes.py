@@ -29,9 +29,15 @@ def delivery(task_id: str, payload: Any, *, type_: str | None = None) -> dict[st
     """A claim answer as API.md shapes it."""
     return {
         "task": {
-            "id": task_id, "payload": payload, "attempts": 1, "max_attempts": 3,
-            "queue": "default", "priority": "normal", "type": type_,
-            "created_at": "2026-01-01T00:00:00.000Z", "available_at": "2026-01-01T00:00:00.000Z",
+            "id": task_id,
+            "payload": payload,
+            "attempts": 1,
+            "max_attempts": 3,
+            "queue": "default",
+            "priority": "normal",
+            "type": type_,
+            "created_at": "2026-01-01T00:00:00.000Z",
+            "available_at": "2026-01-01T00:00:00.000Z",
         },
         "lease_id": f"lease-{task_id}",
         "deadline": "2026-01-01T00:00:30.000Z",
@@ -317,7 +323,8 @@ def start_server(bind_only: bool = False) -> tuple[_Server, FakeServer]:
 
 def serve(server: _Server) -> threading.Thread:
     """Run the server's loop in a daemon thread."""
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     return thread

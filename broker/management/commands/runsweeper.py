@@ -1,4 +1,5 @@
 """python manage.py runsweeper [--interval-ms 250] [--once]"""
+
 from __future__ import annotations
 
 import logging

@@ -30,24 +30,47 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         """The flags of API.md's Commands section, plus --queue and --priority."""
-        parser.add_argument("--broker", default=default_broker_url(),
-                            help="broker base URL (default: $BROKER_URL or %(default)s)")
-        parser.add_argument("-n", type=non_negative_int, default=1, dest="n",
-                            help="how many tasks (default: %(default)s)")
-        parser.add_argument("--fail", action="store_true",
-                            help='payloads get "fail": true, so workers nack them')
-        parser.add_argument("--max-attempts", type=positive_int, default=3,
-                            help="(default: %(default)s)")
-        parser.add_argument("--delay-ms", type=non_negative_int, default=0,
-                            help="(default: %(default)s)")
-        parser.add_argument("--concurrency", type=positive_int, default=1,
-                            help="sending threads (default: %(default)s)")
-        parser.add_argument("--batch", type=int_between(1, 1000), default=1,
-                            help="tasks per request via POST /jobs/batch, 1-1000 "
-                                 "(default: %(default)s: POST /jobs one by one)")
+        parser.add_argument(
+            "--broker",
+            default=default_broker_url(),
+            help="broker base URL (default: $BROKER_URL or %(default)s)",
+        )
+        parser.add_argument(
+            "-n",
+            type=non_negative_int,
+            default=1,
+            dest="n",
+            help="how many tasks (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--fail", action="store_true", help='payloads get "fail": true, so workers nack them'
+        )
+        parser.add_argument(
+            "--max-attempts", type=positive_int, default=3, help="(default: %(default)s)"
+        )
+        parser.add_argument(
+            "--delay-ms", type=non_negative_int, default=0, help="(default: %(default)s)"
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            help="sending threads (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--batch",
+            type=int_between(1, 1000),
+            default=1,
+            help="tasks per request via POST /jobs/batch, 1-1000 "
+            "(default: %(default)s: POST /jobs one by one)",
+        )
         parser.add_argument("--queue", default="default", help="(default: %(default)s)")
-        parser.add_argument("--priority", default="normal", choices=["high", "normal", "low"],
-                            help="(default: %(default)s)")
+        parser.add_argument(
+            "--priority",
+            default="normal",
+            choices=["high", "normal", "low"],
+            help="(default: %(default)s)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Send, show progress when stderr is a terminal, print the summary line."""
@@ -69,8 +92,12 @@ class Command(BaseCommand):
         client = BrokerClient(options["broker"], token=api_token())
         try:
             summary = producer.produce(
-                client, n, template, concurrency=options["concurrency"],
-                batch=options["batch"], progress=progress if show else None,
+                client,
+                n,
+                template,
+                concurrency=options["concurrency"],
+                batch=options["batch"],
+                progress=progress if show else None,
             )
         finally:
             client.close()

@@ -65,7 +65,10 @@ def enqueue_body(
 ) -> dict[str, Any]:
     """The POST /jobs body for one typed task."""
     return {
-        "type": name, "payload": payload, "priority": priority, "queue": queue,
+        "type": name,
+        "payload": payload,
+        "priority": priority,
+        "queue": queue,
         "max_attempts": max_attempts,
     }
 
@@ -88,8 +91,14 @@ def outcome(task: dict[str, Any]) -> str:
 def table(tasks: Sequence[dict[str, Any]]) -> str:
     """A plain fixed-width status table, one row per task, header first."""
     rows = [COLUMNS] + [
-        (t["id"], t.get("type") or "-", t.get("priority", "-"), t.get("state", "-"),
-         str(t.get("attempts", "-")), outcome(t))
+        (
+            t["id"],
+            t.get("type") or "-",
+            t.get("priority", "-"),
+            t.get("state", "-"),
+            str(t.get("attempts", "-")),
+            outcome(t),
+        )
         for t in tasks
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
@@ -140,25 +149,57 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         """--type, --priority, --no-poll, --list and the usual --broker."""
-        parser.add_argument("--broker", default=default_broker_url(),
-                            help="broker base URL (default: $BROKER_URL or %(default)s)")
-        parser.add_argument("--type", dest="job_type", metavar="T",
-                            help="submit only this job type (default: one of each)")
-        parser.add_argument("--priority", default=DEFAULT_PRIORITY, choices=PRIORITIES,
-                            help="(default: %(default)s)")
+        parser.add_argument(
+            "--broker",
+            default=default_broker_url(),
+            help="broker base URL (default: $BROKER_URL or %(default)s)",
+        )
+        parser.add_argument(
+            "--type",
+            dest="job_type",
+            metavar="T",
+            help="submit only this job type (default: one of each)",
+        )
+        parser.add_argument(
+            "--priority",
+            default=DEFAULT_PRIORITY,
+            choices=PRIORITIES,
+            help="(default: %(default)s)",
+        )
         parser.add_argument("--queue", default=DEFAULT_QUEUE, help="(default: %(default)s)")
-        parser.add_argument("--max-attempts", type=positive_int, default=1,
-                            help="(default: %(default)s, so fail_job goes straight to the DLQ)")
-        parser.add_argument("--payload", type=_json_value, metavar="JSON", default=_SAMPLE,
-                            help="payload to send instead of the sample (needs --type)")
-        parser.add_argument("--no-poll", action="store_true",
-                            help="print the ids and exit without waiting")
-        parser.add_argument("--list", action="store_true",
-                            help="list the job types and their sample payloads, submit nothing")
-        parser.add_argument("--timeout", type=positive_int, default=120,
-                            help="seconds to wait for all tasks to finish (default: %(default)s)")
-        parser.add_argument("--interval-ms", type=positive_int, default=250,
-                            help="poll interval (default: %(default)s)")
+        parser.add_argument(
+            "--max-attempts",
+            type=positive_int,
+            default=1,
+            help="(default: %(default)s, so fail_job goes straight to the DLQ)",
+        )
+        parser.add_argument(
+            "--payload",
+            type=_json_value,
+            metavar="JSON",
+            default=_SAMPLE,
+            help="payload to send instead of the sample (needs --type)",
+        )
+        parser.add_argument(
+            "--no-poll", action="store_true", help="print the ids and exit without waiting"
+        )
+        parser.add_argument(
+            "--list",
+            action="store_true",
+            help="list the job types and their sample payloads, submit nothing",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=positive_int,
+            default=120,
+            help="seconds to wait for all tasks to finish (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--interval-ms",
+            type=positive_int,
+            default=250,
+            help="poll interval (default: %(default)s)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """List, or submit then poll; the table goes to stdout, progress to stderr."""
@@ -175,8 +216,11 @@ class Command(BaseCommand):
                 tasks, all_finished = [client.task(i) for i in ids], True
             else:
                 tasks, all_finished = wait_for(
-                    client.task, ids, timeout_s=options["timeout"],
-                    interval_s=options["interval_ms"] / 1000, progress=self._progress,
+                    client.task,
+                    ids,
+                    timeout_s=options["timeout"],
+                    interval_s=options["interval_ms"] / 1000,
+                    progress=self._progress,
                 )
         except BrokerError as exc:
             raise CommandError(f"broker: {exc}", returncode=1) from exc
@@ -216,8 +260,13 @@ class Command(BaseCommand):
         for name in names:
             sample = getattr(SPECS[name], "sample", lambda url: {})
             payload = sample(broker) if options["payload"] is _SAMPLE else options["payload"]
-            body = enqueue_body(name, payload, priority=options["priority"],
-                                queue=options["queue"], max_attempts=options["max_attempts"])
+            body = enqueue_body(
+                name,
+                payload,
+                priority=options["priority"],
+                queue=options["queue"],
+                max_attempts=options["max_attempts"],
+            )
             status, answer = client.enqueue(body)
             if status in (200, 201):
                 ids.append(answer["id"])
