@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from broker.models import COUNTER_COLUMNS, DURATION_BUCKETS, CounterDelta
-from broker.queue import sql
+from broker.queue import sqlparts
 from broker.queue.base import shard
 from broker.states import COUNTERS, GAUGE_STATES, TRANSITIONS
 
@@ -22,7 +22,8 @@ LEGACY_QUEUE = ""
 
 
 def count_moves(events: Sequence[str], moves: Iterable[Move]) -> Deltas:
-    """Per queue, the counter and gauge changes of these moves (sql.delta_expressions in Python).
+    """Per queue, the counter and gauge changes of these moves (sqlparts.delta_expressions, here
+    in Python).
 
     A move counts for the event of `events` whose from-states and target state it matches.
     """
@@ -44,7 +45,7 @@ def count_moves(events: Sequence[str], moves: Iterable[Move]) -> Deltas:
 def bump(deltas: Mapping[str, Mapping[str, int]], *, deferred: bool = False) -> None:
     """Apply `deltas` to the counter rows; call inside the transaction that moves the tasks.
 
-    One statement for every queue, in queue order (see sql.counted). `deferred` (a caller's
+    One statement for every queue, in queue order (see sqlparts.counted). `deferred` (a caller's
     transaction) appends delta rows instead of updating shared ones.
     """
     queues = sorted(q for q, change in deltas.items() if any(change.values()))
@@ -55,12 +56,12 @@ def bump(deltas: Mapping[str, Mapping[str, int]], *, deferred: bool = False) -> 
     if deferred:
         for queue in queues:
             params += [queue, *(deltas[queue].get(c, 0) for c in columns)]
-        statement = sql.append_deltas(columns, len(queues))
+        statement = sqlparts.append_deltas(columns, len(queues))
     else:
         where = shard()
         for queue in queues:
             params += [queue, where, *(deltas[queue].get(c, 0) for c in columns)]
-        statement = sql.upsert(columns, len(queues))
+        statement = sqlparts.upsert(columns, len(queues))
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
 
@@ -89,7 +90,7 @@ def fold_deltas(limit: int = 1000) -> int:
 def stats() -> dict[str, Any]:
     """Gauges, totals, per-queue gauges and the histogram sums, read in one snapshot."""
     with connection.cursor() as cursor:
-        cursor.execute(sql.STATS)
+        cursor.execute(sqlparts.STATS)
         rows = cursor.fetchall()
     sums: Counter[str] = Counter()
     per_queue: dict[str, dict[str, int]] = {}
