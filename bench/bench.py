@@ -8,7 +8,6 @@ table; the figures also go to bench-out/bench.json. Not a test: nothing here pas
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
@@ -18,71 +17,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-import psutil
 import psycopg
+from harness import PG, ROOT, VENV_BIN, Conn, free_port, rss_mb, start, stop, wait_healthy
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 N = int(os.environ.get("BENCH_N", "5000"))
 BULK_N = int(os.environ.get("BENCH_BULK_N", "20000"))
 FINISHED_ROWS = int(os.environ.get("BENCH_FINISHED_ROWS", "1000000"))
 WAKE_N = int(os.environ.get("BENCH_WAKE_N", "200"))
 PRODUCERS = int(os.environ.get("BENCH_PRODUCERS", "4"))
 WORKERS = 3
-
-
-class Conn:
-    """One keep-alive HTTP connection: the leanest client the standard library has."""
-
-    def __init__(self, port: int) -> None:
-        self.c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-    def call(self, method: str, path: str, body: object = None) -> tuple[int, object]:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        self.c.request(method, path, data, headers)
-        resp = self.c.getresponse()
-        raw = resp.read()
-        return resp.status, (json.loads(raw) if raw else None)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        args,
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def wait_healthy(port: int) -> None:
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        try:
-            if Conn(port).call("GET", "/healthz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"broker on :{port} did not come up")
-
-
-def rss_mb(proc: subprocess.Popen) -> float:
-    p = psutil.Process(proc.pid)
-    return sum(x.memory_info().rss for x in [p, *p.children(recursive=True)]) / 2**20
 
 
 def in_threads(n: int, target: Callable[[int], None]) -> float:
@@ -174,14 +118,15 @@ def wake(parked_port: int, enqueue_port: int) -> tuple[float, float]:
     return statistics.median(samples), samples[max(0, int(len(samples) * 0.99) - 1)]
 
 
-def fill_finished(dsn: str, rows: int) -> None:
+def fill(dsn: str, rows: int, state: str, queue: str) -> None:
+    """Inserts rows straight into the table (the API would take minutes for a million)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             """INSERT INTO broker_task (state, queue, priority, payload, attempts, max_attempts,
                    available_at, created_at, updated_at)
-               SELECT 'done', 'default', 1, '{"line": "old"}', 1, 3, now(), now(), now()
+               SELECT %s, %s, 1, '{"line": "old"}', 1, 3, now(), now(), now()
                FROM generate_series(1, %s)""",
-            [rows],
+            [state, queue, rows],
         )
         conn.execute("VACUUM ANALYZE broker_task")
         checkpoint(conn)
@@ -211,16 +156,7 @@ def inprocess(cycles: int = 1000) -> dict[str, float]:
 
 def claim_beside_backlog(dsn: str, port: int, backlog: int) -> float:
     """Median ms of a claim on two empty queues while `backlog` tasks wait in another queue."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            """INSERT INTO broker_task (state, queue, priority, payload, attempts, max_attempts,
-                   available_at, created_at, updated_at)
-               SELECT 'ready', 'backlog', 1, '{}', 0, 3, now(), now(), now()
-               FROM generate_series(1, %s)""",
-            [backlog],
-        )
-        conn.execute("VACUUM ANALYZE broker_task")
-        checkpoint(conn)
+    fill(dsn, backlog, "ready", "backlog")
     client = Conn(port)
     times = []
     for _ in range(50):
@@ -271,7 +207,7 @@ def main() -> None:
         results["drain_batch_per_s"] = round(drain(port, BULK_N, batch=True))
         p50, p99 = wake(port, port_b)
         results["wake_p50_ms"], results["wake_p99_ms"] = round(p50, 2), round(p99, 2)
-        fill_finished(dsn, FINISHED_ROWS)
+        fill(dsn, FINISHED_ROWS, "done", "default")
         enqueue_single(port, N)
         results["drain_single_1m_finished_per_s"] = round(drain(port, N, batch=False))
         results["drain_1m_vs_empty"] = round(
@@ -283,9 +219,7 @@ def main() -> None:
         )
     finally:
         for p in procs:
-            os.killpg(p.pid, signal.SIGINT)
-        for p in procs:
-            p.wait(30)
+            stop(p, signal.SIGINT)
         with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     (out / "bench.json").write_text(json.dumps(results, indent=2))

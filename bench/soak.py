@@ -14,83 +14,19 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import math
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import psutil
 import psycopg
+from harness import PG, ROOT, VENV_BIN, Conn, free_port, rss_mb, start, stop, wait_healthy
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 MAX_ATTEMPTS = 3
-
-
-class Conn:
-    """One keep-alive HTTP connection, reopened after an error."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-
-    def call(self, method: str, path: str, body: object = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        try:
-            self.c.request(method, path, data, headers)
-            resp = self.c.getresponse()
-            raw = resp.read()
-        except (OSError, http.client.HTTPException):
-            self.c.close()
-            self.c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-            raise
-        return resp.status, (json.loads(raw) if raw else None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        args,
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
-def rss_mb(proc: subprocess.Popen) -> float:
-    """Resident memory of the process and its children (gunicorn's workers), in MiB."""
-    try:
-        p = psutil.Process(proc.pid)
-        return sum(x.memory_info().rss for x in [p, *p.children(recursive=True)]) / 2**20
-    except psutil.NoSuchProcess:
-        return float("nan")
 
 
 class Producer(threading.Thread):
@@ -124,18 +60,6 @@ class Producer(threading.Thread):
             if status == 201:
                 self.sent += 1
                 self.failing += fail
-
-
-def wait_healthy(port: int) -> None:
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        try:
-            if Conn(port).call("GET", "/healthz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"broker on :{port} did not come up")
 
 
 def memory_line(minute: int, procs: dict[str, subprocess.Popen], stats: dict) -> str:

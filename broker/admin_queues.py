@@ -4,6 +4,7 @@ broker.schedules, the functions the API calls, never a field written here."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -34,6 +35,16 @@ class QueueForm(forms.ModelForm):
         for field, messages in queues.problems(changes).items():
             self.add_error(field if field in self.fields else None, messages)
         return data
+
+
+def _gauge_column(name: str, description: str) -> Callable[[QueueAdmin, Queue], int]:
+    """A list column showing one of the queue's gauges, as /stats counts it."""
+
+    @admin.display(description=description)
+    def column(self: QueueAdmin, obj: Queue) -> int:
+        return self._gauge(name, obj)
+
+    return column
 
 
 @admin.register(Queue)
@@ -80,21 +91,10 @@ class QueueAdmin(admin.ModelAdmin):
     def _gauge(self, name: str, obj: Queue) -> int:
         return (self._gauges or queue.stats()["queues"]).get(obj.name, {}).get(name, 0)
 
-    @admin.display(description="ready")
-    def ready(self, obj: Queue) -> int:
-        return self._gauge("ready", obj)
-
-    @admin.display(description="handed out")
-    def handed_out(self, obj: Queue) -> int:
-        return self._gauge("handed_out", obj)
-
-    @admin.display(description="delayed")
-    def delayed(self, obj: Queue) -> int:
-        return self._gauge("delayed", obj)
-
-    @admin.display(description="dead")
-    def dead(self, obj: Queue) -> int:
-        return self._gauge("dead", obj)
+    ready = _gauge_column("ready", "ready")
+    handed_out = _gauge_column("handed_out", "handed out")
+    delayed = _gauge_column("delayed", "delayed")
+    dead = _gauge_column("dead", "dead")
 
 
 def _names(queryset: QuerySet) -> list[str]:

@@ -60,6 +60,17 @@ class DatabaseUnavailable(BrokerError):
     status_code = 503
 
 
+class InvalidFields(BrokerError, ValueError):
+    """Bad fields; `fields` maps each to its messages, the first named in the message."""
+
+    status_code = 400
+
+    def __init__(self, fields: dict[str, list[str]]) -> None:
+        self.fields = fields
+        name, messages = next(iter(fields.items()))
+        super().__init__(f"Invalid {name}: {messages[0]}")
+
+
 class InvalidTaskError(BrokerError, ValueError):
     """An enqueue the HTTP API would answer with a 400; `fields` names each bad argument.
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from broker import queue
-from broker.exceptions import BrokerError
+from broker.exceptions import BrokerError, InvalidFields
 from broker.models import CounterDelta, Queue, QueueCounter, SqsQueue
 from broker.queue import restricted
 from broker.queue.base import current_time
@@ -155,12 +155,5 @@ def _apply(row: Queue, changes: dict[str, Any]) -> bool:
     return loosened
 
 
-class SettingsError(BrokerError, ValueError):
+class SettingsError(InvalidFields):
     """Bad queue settings; `fields` names each."""
-
-    status_code = 400
-
-    def __init__(self, fields: dict[str, list[str]]) -> None:
-        self.fields = fields
-        name, messages = next(iter(fields.items()))
-        super().__init__(f"Invalid {name}: {messages[0]}")

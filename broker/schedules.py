@@ -19,7 +19,7 @@ from cronsim import CronSim, CronSimError
 from django.db import IntegrityError, transaction
 
 from broker import queue, validation
-from broker.exceptions import BrokerError, InvalidTaskError
+from broker.exceptions import BrokerError, InvalidFields, InvalidTaskError
 from broker.models import Schedule
 from broker.queue.base import current_time
 from contract.limits import MAX_CRON, MAX_EVERY_S, SCHEDULE_NAME_RE, SCHEDULE_NAME_RULE
@@ -43,15 +43,8 @@ class ScheduleExists(BrokerError):
     status_code = 409
 
 
-class ScheduleError(BrokerError, ValueError):
+class ScheduleError(InvalidFields):
     """A schedule the API answers with a 400; `fields` names each problem."""
-
-    status_code = 400
-
-    def __init__(self, fields: dict[str, list[str]]) -> None:
-        self.fields = fields
-        name, messages = next(iter(fields.items()))
-        super().__init__(f"Invalid {name}: {messages[0]}")
 
 
 # -- due times ------------------------------------------------------------------------------------

@@ -67,6 +67,13 @@ class AnyJSONField(serializers.Field):
         return value
 
 
+def _optional_exact(max_length: int) -> StrictString:
+    """An optional string taken as sent, spaces included."""
+    return StrictString(
+        allow_null=True, required=False, default=None, max_length=max_length, trim_whitespace=False
+    )
+
+
 class EnqueueSerializer(StrictSerializer):
     """A POST /jobs body; the words of every enqueue error."""
 
@@ -83,22 +90,9 @@ class EnqueueSerializer(StrictSerializer):
     priority = serializers.ChoiceField(
         choices=list(PRIORITY_BY_NAME), default=limits.DEFAULT_PRIORITY
     )
-    # Not trimmed: "sleep_job " is not a registered type name.
-    type = StrictString(
-        allow_null=True,
-        required=False,
-        default=None,
-        max_length=limits.MAX_TYPE_NAME,
-        trim_whitespace=False,
-    )
-    # Not trimmed: "k " and "k" are different keys.
-    idempotency_key = StrictString(
-        allow_null=True,
-        required=False,
-        default=None,
-        max_length=limits.MAX_IDEMPOTENCY_KEY,
-        trim_whitespace=False,
-    )
+    # Not trimmed: "sleep_job " is not a registered type name, and "k " and "k" are two keys.
+    type = _optional_exact(limits.MAX_TYPE_NAME)
+    idempotency_key = _optional_exact(limits.MAX_IDEMPOTENCY_KEY)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         job_type = attrs.get("type")

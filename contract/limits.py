@@ -89,21 +89,20 @@ def nests_at_most(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
 
 
 # What docs/limits.md states, in its order: (name, value, where it applies).
+def _applies(where: str, *rows: tuple[str, str]) -> tuple[tuple[str, str, str], ...]:
+    return tuple((name, value, where) for name, value in rows)
+
+
 DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
-    (
-        "max_attempts",
-        f"{MIN_ATTEMPTS} to {MAX_ATTEMPTS}, default {DEFAULT_MAX_ATTEMPTS}",
+    *_applies(
         "`POST /jobs`",
-    ),
-    (
-        "delay_ms",
-        f"0 to {MAX_DELAY_MS} ({MAX_DELAY_DAYS} days), default {DEFAULT_DELAY_MS}",
-        "`POST /jobs`",
+        ("max_attempts", f"{MIN_ATTEMPTS} to {MAX_ATTEMPTS}, default {DEFAULT_MAX_ATTEMPTS}"),
+        ("delay_ms", f"0 to {MAX_DELAY_MS} ({MAX_DELAY_DAYS} days), default {DEFAULT_DELAY_MS}"),
+        ("priority", f"{', '.join(PRIORITIES)}; default {DEFAULT_PRIORITY}"),
+        ("type", f"a registered job type, at most {MAX_TYPE_NAME} characters"),
+        ("idempotency_key", f"at most {MAX_IDEMPOTENCY_KEY} characters"),
     ),
     ("queue", f"`{QUEUE_RULE}`, default `{DEFAULT_QUEUE}`", "`POST /jobs`, claims, lists"),
-    ("priority", f"{', '.join(PRIORITIES)}; default {DEFAULT_PRIORITY}", "`POST /jobs`"),
-    ("type", f"a registered job type, at most {MAX_TYPE_NAME} characters", "`POST /jobs`"),
-    ("idempotency_key", f"at most {MAX_IDEMPOTENCY_KEY} characters", "`POST /jobs`"),
     ("JSON depth", f"payloads and results nest at most {MAX_JSON_DEPTH - 1} levels", "every body"),
     ("wait_ms", f"default {DEFAULT_WAIT_MS}, capped at {MAX_WAIT_MS}", "claims"),
     (
@@ -119,18 +118,16 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
     ),
     ("limit", f"default {DEFAULT_PAGE_SIZE}, capped at {MAX_PAGE_SIZE}", "`GET /jobs`, `GET /dlq`"),
     ("task id", f"`{TASK_ID_PATTERN}`; anything else is a 404", "paths, cursors"),
-    ("max_in_flight", f"1 to {MAX_IN_FLIGHT}, or null (no cap)", "`PATCH /queues/{name}`"),
-    (
-        "rate_per_s",
-        f"a number above 0, at most {MAX_RATE_PER_S}, or null (no limit)",
+    *_applies(
         "`PATCH /queues/{name}`",
+        ("max_in_flight", f"1 to {MAX_IN_FLIGHT}, or null (no cap)"),
+        ("rate_per_s", f"a number above 0, at most {MAX_RATE_PER_S}, or null (no limit)"),
     ),
-    ("schedule name", f"`{SCHEDULE_NAME_RULE}`", "`POST /schedules`"),
-    ("every_s", f"1 to {MAX_EVERY_S} (366 days)", "`POST /schedules`"),
-    (
-        "cron",
-        f"5 fields, at most {MAX_CRON} characters, in `timezone` (default UTC)",
+    *_applies(
         "`POST /schedules`",
+        ("schedule name", f"`{SCHEDULE_NAME_RULE}`"),
+        ("every_s", f"1 to {MAX_EVERY_S} (366 days)"),
+        ("cron", f"5 fields, at most {MAX_CRON} characters, in `timezone` (default UTC)"),
     ),
 )
 

@@ -238,7 +238,12 @@ class Prefetcher:
         try:
             if max_n:
                 claimed = self._client.settle_and_claim(
-                    acks, nacks, max_n, wait_ms, self._lease_ms, self._queues
+                    acks,
+                    nacks,
+                    max_n=max_n,
+                    wait_ms=wait_ms,
+                    lease_ms=self._lease_ms,
+                    queues=self._queues,
                 )
                 statuses, deliveries = claimed.statuses, claimed.deliveries
             else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from workers.transport import Response
@@ -28,23 +28,10 @@ class BatchVerbs:
     _claim_margin_s: float
     _lease_ends: dict[str, float]
 
-    def _send(
-        self,
-        method: str,
-        url: str,
-        *,
-        until: float | None,
-        body: Any = None,
-        read_timeout_s: float | None = None,
-        interruptible: bool = False,
-    ) -> Response | None:
-        raise NotImplementedError  # BrokerClient's
-
-    def _until(self, lease_ids: Iterable[str]) -> float:
-        raise NotImplementedError  # BrokerClient's
-
-    def _remember(self, response: Response, deliveries: Sequence[Delivery], lease_ms: int) -> None:
-        raise NotImplementedError  # BrokerClient's
+    # BrokerClient's plumbing.
+    _send: Callable[..., Response | None]
+    _until: Callable[[Iterable[str]], float]
+    _remember: Callable[[Response, Sequence[Delivery], int], None]
 
     def claim_many(
         self, max_n: int, wait_ms: int, lease_ms: int, queues: Sequence[str] = ()

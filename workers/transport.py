@@ -108,32 +108,24 @@ def _shutdown(conn: HTTPConnection) -> None:
         pass  # already closed or never connected: nothing left to interrupt
 
 
-class _TrackedHTTPConnection(HTTPConnection):
-    """An HTTP connection that reports itself to its Cutter once connected."""
+class _Tracked:
+    """Mixed into an HTTP(S) connection: reports the connection to its Cutter once connected."""
 
     def __init__(self, *args: Any, cutter: Cutter, **kwargs: Any) -> None:
-        """Same as HTTPConnection, plus the Cutter to report to."""
         super().__init__(*args, **kwargs)
         self._cutter = cutter
 
     def connect(self) -> None:
-        """Connect, then report."""
-        super().connect()
+        super().connect()  # type: ignore[misc]  # the connection class's, next in the MRO
         self._cutter.track(self)
 
 
-class _TrackedHTTPSConnection(HTTPSConnection):
-    """An HTTPS connection that reports itself to its Cutter once connected."""
+class _TrackedHTTPConnection(_Tracked, HTTPConnection):
+    pass
 
-    def __init__(self, *args: Any, cutter: Cutter, **kwargs: Any) -> None:
-        """Same as HTTPSConnection, plus the Cutter to report to."""
-        super().__init__(*args, **kwargs)
-        self._cutter = cutter
 
-    def connect(self) -> None:
-        """Connect, then report."""
-        super().connect()
-        self._cutter.track(self)
+class _TrackedHTTPSConnection(_Tracked, HTTPSConnection):
+    pass
 
 
 class _HTTPPool(HTTPConnectionPool):

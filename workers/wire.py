@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol, TypedDict
+from typing import Any, NamedTuple, NotRequired, Protocol, TypedDict, Unpack
 
 from contract.limits import DEFAULT_MAX_BODY_BYTES, MAX_CLAIM, MAX_LEASE_MS
 from contract.limits import MAX_BATCH as MAX_SETTLES
@@ -74,6 +74,15 @@ class ResultRefusedError(BrokerError):
     """The broker refused an ack for its result (400, or 413 over its body limit): nack instead."""
 
 
+class ClaimArgs(TypedDict):
+    """A claim's numbers, named at the call: three ints in a row are easy to swap."""
+
+    max_n: int
+    wait_ms: int
+    lease_ms: int
+    queues: NotRequired[Sequence[str]]
+
+
 class Broker(Protocol):
     """What a worker needs from the broker; BrokerClient over HTTP, or a fake in tests."""
 
@@ -111,13 +120,7 @@ class Broker(Protocol):
         ...
 
     def settle_and_claim(
-        self,
-        acks: Sequence[Settle],
-        nacks: Sequence[Settle],
-        max_n: int,
-        wait_ms: int,
-        lease_ms: int,
-        queues: Sequence[str] = (),
+        self, acks: Sequence[Settle], nacks: Sequence[Settle], **claim: Unpack[ClaimArgs]
     ) -> Claimed:
         """Settle, then claim up to max_n, in one round trip.
 

@@ -45,6 +45,10 @@ def _query(name: str, schema: Schema, description: str, **extra: Any) -> Schema:
     }
 
 
+def _integer(name: str, minimum: int, default: int, description: str) -> Schema:
+    return _query(name, {"type": "integer", "minimum": minimum, "default": default}, description)
+
+
 def _body(schema: Schema, *, required: bool) -> Schema:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
 
@@ -57,14 +61,16 @@ TASK_ID = {
     "description": "Task id as the broker gave it out; any other string is a 404.",
 }
 LEASE_ID = _query("lease_id", {"type": "string"}, "The lease; or `lease_id` in the body.")
-WAIT_MS = _query(
+WAIT_MS = _integer(
     "wait_ms",
-    {"type": "integer", "minimum": 0, "default": DEFAULT_WAIT_MS},
+    0,
+    DEFAULT_WAIT_MS,
     f"How long to wait for a task; above {MAX_WAIT_MS} counts as {MAX_WAIT_MS}; 0 answers at once.",
 )
-LEASE_MS = _query(
+LEASE_MS = _integer(
     "lease_ms",
-    {"type": "integer", "minimum": MIN_LEASE_MS, "default": DEFAULT_LEASE_MS},
+    MIN_LEASE_MS,
+    DEFAULT_LEASE_MS,
     f"Lease length; above {MAX_LEASE_MS} counts as {MAX_LEASE_MS}.",
 )
 CLAIM_QUEUES = _query(
@@ -74,10 +80,8 @@ CLAIM_QUEUES = _query(
     style="form",
     explode=False,
 )
-LIMIT = _query(
-    "limit",
-    {"type": "integer", "minimum": 1, "default": DEFAULT_PAGE_SIZE},
-    f"Page size; above {MAX_PAGE_SIZE} counts as {MAX_PAGE_SIZE}.",
+LIMIT = _integer(
+    "limit", 1, DEFAULT_PAGE_SIZE, f"Page size; above {MAX_PAGE_SIZE} counts as {MAX_PAGE_SIZE}."
 )
 CURSOR = _query(
     "cursor",
@@ -107,6 +111,18 @@ def _op(op_id: str, summary: str, tag: str, responses: dict[int, Schema], **rest
         **rest,
         "responses": {str(code): answer for code, answer in responses.items()},
     }
+
+
+def _on_schedule(op_id: str, summary: str, responses: dict[int, Schema], **rest: Any) -> Schema:
+    """An operation on /schedules/{name}: a 404 when no schedule has that name."""
+    return _op(
+        op_id,
+        summary,
+        "schedules",
+        {**responses, 404: NO_SCHEDULE},
+        parameters=[SCHEDULE_NAME],
+        **rest,
+    )
 
 
 def _settle(op_id: str, verb: str, request: str) -> Schema:
@@ -317,32 +333,16 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
         ),
     },
     "broker.api.operate.ScheduleView": {
-        "get": _op(
-            "get_schedule",
-            "One schedule",
-            "schedules",
-            {200: answer("The schedule.", ref("Schedule")), 404: NO_SCHEDULE},
-            parameters=[SCHEDULE_NAME],
+        "get": _on_schedule(
+            "get_schedule", "One schedule", {200: answer("The schedule.", ref("Schedule"))}
         ),
-        "patch": _op(
+        "patch": _on_schedule(
             "change_schedule",
             "Pause, resume, retime or change a schedule's job",
-            "schedules",
-            {
-                200: answer("The schedule now.", ref("Schedule")),
-                400: BAD_REQUEST,
-                404: NO_SCHEDULE,
-            },
-            parameters=[SCHEDULE_NAME],
+            {200: answer("The schedule now.", ref("Schedule")), 400: BAD_REQUEST},
             requestBody=_body(ref("ScheduleChanges"), required=True),
         ),
-        "delete": _op(
-            "delete_schedule",
-            "Delete a schedule",
-            "schedules",
-            {204: answer("Deleted."), 404: NO_SCHEDULE},
-            parameters=[SCHEDULE_NAME],
-        ),
+        "delete": _on_schedule("delete_schedule", "Delete a schedule", {204: answer("Deleted.")}),
     },
     "broker.api.batch.EnqueueBatchView": {
         "post": _op(

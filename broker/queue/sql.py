@@ -84,23 +84,16 @@ ENQUEUE_MANY_IN_CALLER_TRANSACTION = _enqueue_many(deferred=True)
 
 # -- claim ------------------------------------------------------------------------------------
 
-CLAIM_COLUMNS = (
-    "id",
-    "payload",
-    "attempts",
-    "max_attempts",
-    "queue",
-    "priority",
-    "type",
-    "created_at",
-    "available_at",
-)
+# The task's fields a claim answers, in API.md's order: the times last, made API text by SQL.
+_CLAIM_TIMES = ("created_at", "available_at")
+CLAIM_COLUMNS = ("id", "payload", "attempts", "max_attempts", "queue", "priority", "type")
+CLAIM_COLUMNS += _CLAIM_TIMES
 _CLAIM_ORDER = "priority, available_at, id"
 # What a claim answers: the times already as API text (no parsing and formatting per row), and
 # the claim order's keys beside them (the text of a time sorts only to the millisecond).
 _CLAIM_OUT = (
     "SELECT "
-    + ", ".join(f"{API_TIME_SQL.format(c)} AS {c}" if c.endswith("_at") else c
+    + ", ".join(f"{API_TIME_SQL.format(c)} AS {c}" if c in _CLAIM_TIMES else c
                 for c in CLAIM_COLUMNS)
     + ", priority AS sort_p, available_at AS sort_a FROM claimed"
 )  # fmt: skip

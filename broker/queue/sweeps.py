@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from broker import observe
 from broker.models import Task
@@ -24,12 +26,7 @@ def reclaim_expired(limit: int = 500) -> int:
     """
     with transaction.atomic():
         now = current_time()
-        rows = list(
-            Task.objects.expired(now)
-            .order_by("lease_deadline")
-            .lock_skipping_locked()
-            .values_list(*HELD_COLUMNS)[:limit]
-        )
+        rows = _locked(Task.objects.expired(now), "lease_deadline", HELD_COLUMNS, limit)
         if not rows:
             return 0
         moves = fail_held(rows, now, LEASE_EXPIRED, at_once=False)
@@ -48,12 +45,7 @@ def promote_delayed(limit: int = 1000) -> int:
     target = TRANSITIONS["promote"][1]
     with transaction.atomic():
         now = current_time()
-        rows = list(
-            Task.objects.due(now)
-            .order_by("available_at")
-            .lock_skipping_locked()
-            .values_list("pk", "queue")[:limit]
-        )
+        rows = _locked(Task.objects.due(now), "available_at", ("pk", "queue"), limit)
         if not rows:
             return 0
         Task.objects.filter(pk__in=[pk for pk, _ in rows]).update(state=target, updated_at=now)
@@ -76,13 +68,15 @@ def prune_finished(older_than: datetime, limit: int = 500) -> int:
     each batch a short transaction that never waits for, nor long blocks, anyone else.
     """
     with transaction.atomic():
-        ids = list(
-            Task.objects.filter(state__in=FINISHED_STATES, updated_at__lt=older_than)
-            .order_by("updated_at")  # served by task_finished_idx
-            .lock_skipping_locked()
-            .values_list("pk", flat=True)[:limit]
-        )
+        finished = Task.objects.filter(state__in=FINISHED_STATES, updated_at__lt=older_than)
+        # Ordered by updated_at: task_finished_idx serves it.
+        ids = [pk for (pk,) in _locked(finished, "updated_at", ("pk",), limit)]
         if ids:
             # only("pk"): the cascade to TaskError needs the ids, not the payloads.
             Task.objects.filter(pk__in=ids).only("pk").delete()
     return len(ids)
+
+
+def _locked(tasks: QuerySet, order: str, columns: Sequence[str], limit: int) -> list[tuple]:
+    """The first `limit` of tasks in order, locked, skipping those another sweeper holds."""
+    return list(tasks.order_by(order).lock_skipping_locked().values_list(*columns)[:limit])

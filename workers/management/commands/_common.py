@@ -1,4 +1,4 @@
-"""Argument types and logging set-up shared by runworker and produce."""
+"""What runworker, produce and submit share: the base command, argument types, logging."""
 
 from __future__ import annotations
 
@@ -6,9 +6,33 @@ import argparse
 import logging
 import os
 from collections.abc import Callable
+from typing import Any, ClassVar
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from workers.client import DEFAULT_BROKER_URL
 from workers.wire import DEFAULT_MAX_BODY_BYTES, MAX_LEASE_MS
+
+
+class BrokerCommand(BaseCommand):
+    """A command that talks to the broker over HTTP only: no system checks, no database.
+
+    Its --help text is its class docstring.
+    """
+
+    requires_system_checks: ClassVar[list[str]] = []
+    requires_migrations_checks = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.help = " ".join((cls.__doc__ or "").split())
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--broker",
+            default=default_broker_url(),
+            help="broker base URL (default: $BROKER_URL or %(default)s)",
+        )
 
 
 def default_broker_url() -> str:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from workers import producer
 from workers.client import BrokerClient
 from workers.management.commands._common import (
+    BrokerCommand,
     api_token,
-    default_broker_url,
     int_between,
     log_to_stderr,
     non_negative_int,
@@ -18,23 +18,14 @@ from workers.management.commands._common import (
 )
 
 
-class Command(BaseCommand):
-    """Enqueue -n tasks with payload {"line": "hello <i>"}; exit 1 unless all were accepted."""
-
-    help = (
-        'Enqueue test tasks (payload {"line": "hello <i>"}) over HTTP; prints '
-        '"sent N, rejected M, X tasks/s" and exits 1 unless every task was accepted.'
-    )
-    requires_system_checks: ClassVar[list[str]] = []  # no checks: HTTP only
-    requires_migrations_checks = False
+class Command(BrokerCommand):
+    """Enqueue test tasks (payload {"line": "hello <i>"}) over HTTP; prints "sent N, rejected M,
+    X tasks/s" and exits 1 unless every task was accepted.
+    """
 
     def add_arguments(self, parser: CommandParser) -> None:
         """The flags of API.md's Commands section, plus --queue and --priority."""
-        parser.add_argument(
-            "--broker",
-            default=default_broker_url(),
-            help="broker base URL (default: $BROKER_URL or %(default)s)",
-        )
+        super().add_arguments(parser)
         parser.add_argument(
             "-n",
             type=non_negative_int,

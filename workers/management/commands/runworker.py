@@ -6,15 +6,15 @@ import functools
 import logging
 import signal
 from types import FrameType
-from typing import Any, ClassVar
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from workers import handlers
 from workers.client import BrokerClient
 from workers.management.commands._common import (
+    BrokerCommand,
     api_token,
-    default_broker_url,
     int_between,
     lease_ms,
     log_to_stderr,
@@ -28,24 +28,15 @@ from workers.runner import Runner
 log = logging.getLogger("workers.runworker")
 
 
-class Command(BaseCommand):
-    """Run worker threads; on SIGTERM/SIGINT stop claiming, finish what is in hand, exit 0."""
-
-    help = (
-        "Claim tasks from the broker over HTTP and run them. SIGTERM or SIGINT: stop claiming, "
-        "finish the tasks in hand (prefetched ones too), settle them, exit 0; a second signal "
-        "exits at once."
-    )
-    requires_system_checks: ClassVar[list[str]] = []  # no checks: HTTP only
-    requires_migrations_checks = False
+class Command(BrokerCommand):
+    """Claim tasks from the broker over HTTP and run them. SIGTERM or SIGINT: stop claiming,
+    finish the tasks in hand (prefetched ones too), settle them, exit 0; a second signal exits
+    at once.
+    """
 
     def add_arguments(self, parser: CommandParser) -> None:
         """The flags of API.md's Commands section, plus the three modes."""
-        parser.add_argument(
-            "--broker",
-            default=default_broker_url(),
-            help="broker base URL (default: $BROKER_URL or %(default)s)",
-        )
+        super().add_arguments(parser)
         parser.add_argument(
             "--log-file",
             default=f"./{handlers.DEFAULT_LOG_FILE}",

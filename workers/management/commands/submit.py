@@ -10,20 +10,21 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from contract.jobtypes import SPECS
 from contract.limits import DEFAULT_PRIORITY, DEFAULT_QUEUE, PRIORITIES
 from workers.client import BrokerClient, BrokerError, BrokerUnavailableError
 from workers.management.commands._common import (
+    BrokerCommand,
     api_token,
-    default_broker_url,
     log_to_stderr,
     positive_int,
 )
+from workers.producer import body_template
 
 FINISHED = frozenset({"done", "dead", "cancelled"})
 COLUMNS = ("ID", "TYPE", "PRIORITY", "STATE", "ATTEMPTS", "RESULT / LAST ERROR")
@@ -64,13 +65,10 @@ def enqueue_body(
     name: str, payload: Any, *, priority: str, queue: str, max_attempts: int
 ) -> dict[str, Any]:
     """The POST /jobs body for one typed task."""
-    return {
-        "type": name,
-        "payload": payload,
-        "priority": priority,
-        "queue": queue,
-        "max_attempts": max_attempts,
-    }
+    shared = body_template(
+        fail=False, max_attempts=max_attempts, delay_ms=0, queue=queue, priority=priority
+    )
+    return {**shared, "type": name, "payload": payload}
 
 
 def outcome(task: dict[str, Any]) -> str:
@@ -136,24 +134,15 @@ def wait_for(
         time.sleep(interval_s)
 
 
-class Command(BaseCommand):
-    """Submit sample typed tasks (all types, or --type) and poll them to a finished state."""
-
-    help = (
-        "Enqueue one sample task of each registered job type (or only --type) over HTTP, then "
-        "poll until every one is done, dead or cancelled and print a status table. Exits 1 if a "
-        "task was refused or the wait timed out."
-    )
-    requires_system_checks: ClassVar[list[str]] = []  # no checks: HTTP only
-    requires_migrations_checks = False
+class Command(BrokerCommand):
+    """Enqueue one sample task of each registered job type (or only --type) over HTTP, then poll
+    until every one is done, dead or cancelled and print a status table. Exits 1 if a task was
+    refused or the wait timed out.
+    """
 
     def add_arguments(self, parser: CommandParser) -> None:
         """--type, --priority, --no-poll, --list and the usual --broker."""
-        parser.add_argument(
-            "--broker",
-            default=default_broker_url(),
-            help="broker base URL (default: $BROKER_URL or %(default)s)",
-        )
+        super().add_arguments(parser)
         parser.add_argument(
             "--type",
             dest="job_type",
