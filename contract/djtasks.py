@@ -27,7 +27,9 @@ class TaskNotAllowedError(Exception):
 
 # Results have always named it where django.tasks users import it from, the backend's module
 # (which re-exports this very class): stored errors keep resolving to it.
-_PUBLIC_PATHS = {TaskNotAllowedError: "broker.tasks_backend.TaskNotAllowedError"}
+_PUBLIC_PATHS: dict[type[BaseException], str] = {
+    TaskNotAllowedError: "broker.tasks_backend.TaskNotAllowedError"
+}
 
 
 def allowed_patterns() -> list[str]:

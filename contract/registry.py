@@ -62,17 +62,19 @@ class Registry(MutableMapping[str, T], Generic[T]):
         return f"{type(self).__name__}({sorted(self._load())!r})"
 
 
-def discover(package: str, path: Iterable[str], attr: str, kind: type) -> list[tuple[str, Any]]:
+def discover(
+    package: str, path: Iterable[str], attr: str, kind: type[Any]
+) -> list[tuple[str, Any]]:
     """Import every public module of package and collect its `attr`, sorted by module name.
 
     Raises TypeError for a module without an `attr` of `kind`: a half-written type is a bug.
     """
-    found = []
+    found: list[tuple[str, Any]] = []
     for module_info in sorted(pkgutil.iter_modules(list(path)), key=lambda m: m.name):
         if module_info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{package}.{module_info.name}")
-        item = getattr(module, attr, None)
+        item: Any = getattr(module, attr, None)
         if not isinstance(item, kind):
             raise TypeError(f"{module.__name__} must define {attr} = {kind.__name__}(...)")
         found.append((item.name, item))

@@ -231,6 +231,7 @@ class Runner:
         """Run one task whose lease the heartbeat holds (released here); its checked outcome."""
         task = delivery["task"]
         started = time.monotonic()
+        error: str | None
         try:
             result = self._resolve(task)(task)
         # SystemExit too: a handler calling sys.exit() must not end the worker thread.

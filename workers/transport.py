@@ -79,7 +79,7 @@ class Cutter:
         with self._lock:
             self._armed = False
 
-    def track(self, conn: HTTPConnection) -> None:
+    def track(self, conn: Any) -> None:
         """Remember a freshly connected connection; cut it at once if a cut already happened."""
         with self._lock:
             self._conns.add(conn)

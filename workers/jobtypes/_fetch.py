@@ -39,7 +39,8 @@ def checked_addresses(host: str, port: int) -> list[tuple[int, Any]]:
     connection: refused addresses answer the same whether a port is open or not.
     """
     allowed = allowed_networks()
-    passing, refusals = [], []
+    passing: list[tuple[int, Any]] = []
+    refusals: list[str] = []
     for family, _, _, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
         reason = refusal(ipaddress.ip_address(sockaddr[0]), allowed)
         if reason:

@@ -236,7 +236,7 @@ class Command(BrokerCommand):
     def _list(self, names: list[str], broker: str) -> None:
         for name in names:
             spec = SPECS[name]
-            sample = getattr(spec, "sample", lambda url: {})(broker)
+            sample: Any = getattr(spec, "sample", lambda url: {})(broker)
             self.stdout.write(f"{name:<16} {getattr(spec, 'description', '')}")
             self.stdout.write(f"{'':<16} sample: {json.dumps(sample)}")
 
@@ -247,7 +247,7 @@ class Command(BrokerCommand):
         ids: list[str] = []
         refused: list[str] = []
         for name in names:
-            sample = getattr(SPECS[name], "sample", lambda url: {})
+            sample: Any = getattr(SPECS[name], "sample", lambda url: {})
             payload = sample(broker) if options["payload"] is _SAMPLE else options["payload"]
             body = enqueue_body(
                 name,
