@@ -235,7 +235,7 @@ def _settle_generic(acks: list[Settle], nacks: list[Settle], now: datetime) -> l
                 "pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at", "backoff"
             )
         }
-        done: set[int | None] = set()  # the items' id type; a None id never gets past `held`
+        done: set[int] = set()
         updates, errors, moves = [], [], []
         histogram: dict[str, Counter[str]] = defaultdict(Counter)
         for pk, lease_id, body, is_ack in items:
@@ -249,7 +249,9 @@ def _settle_generic(acks: list[Settle], nacks: list[Settle], now: datetime) -> l
             if pk in done:
                 answers.append(Settled(TaskNotHeld))
                 continue
-            done.add(pk)
+            # pk is an int here (a None pk gets no row, and continued above); mypy does not carry
+            # that narrowing through the conditional expression.
+            done.add(pk)  # type: ignore[arg-type]
             _, _, attempts, max_attempts, queue, claimed_at, backoff = row
             if is_ack:
                 state, available_at = State.DONE.value, None
