@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -69,26 +69,29 @@ def pretty_json(text: str | None) -> str:
 class TaskAdmin(admin.ModelAdmin):
     """Every task, read-only; "Cancel selected" goes through broker.queue."""
 
-    list_display = (
+    # Sequences, as Django takes them: DeadTaskAdmin's differ in length and content.
+    list_display: Sequence[str] = (
         "short_id", "state", "queue", "type", "priority_name", "attempts_of_max",
         "error_preview", "updated",
     )  # fmt: skip
     list_display_links = ("short_id",)
-    list_filter = ("state", QueueFilter, TypeFilter, "priority")
+    list_filter: Sequence[str | type[admin.SimpleListFilter]] = (
+        "state", QueueFilter, TypeFilter, "priority",
+    )  # fmt: skip
     search_fields = ("queue", "type", "idempotency_key", "last_error", "payload")
     search_help_text = (
         "#42 finds task 42. Other words find tasks whose queue, job type or idempotency key is "
         "exactly that, or whose last error or payload contains it (a number: that task id too)."
     )
     date_hierarchy = "created_at"
-    ordering = ("-id",)
+    ordering: Sequence[str] = ("-id",)
     # Only orders an index serves: sorting a million rows by queue would read them all.
-    sortable_by = ("short_id",)
+    sortable_by: Sequence[str] = ("short_id",)
     list_per_page = 50
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts are one COUNT per filter choice
-    actions = ("cancel_selected",)
+    actions: Sequence[str] = ("cancel_selected",)
     list_title = "Tasks"
     queue_choices_from: tuple[tuple[str, ...], bool] = (tuple(GAUGE_STATES), True)
     fieldsets = (

@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+import enum
+from typing import TYPE_CHECKING, ClassVar, Self
+
 from django.db import models
 
 from contract.backoff import backoff_ms
 
+if TYPE_CHECKING:
+    # Django ships no type information (and django-stubs is not a dependency), so to mypy
+    # models.TextChoices is Any and State.READY would read as the ("ready", "ready") tuple it is
+    # written as. These bases say what Django's ChoicesType makes of a member: an enum whose value
+    # is the first item and whose label is the second. The __new__ is StrEnum's and IntEnum's own
+    # signature; declaring it here tells mypy that members are built by a __new__ (the metaclass
+    # splits off the label first), so it takes .value from _value_ rather than the tuple literal.
+    class _TextChoices(enum.StrEnum):
+        _value_: str
+        choices: ClassVar[list[tuple[str, str]]]
+        values: ClassVar[list[str]]
 
-class State(models.TextChoices):
+        def __new__(cls, value: str) -> Self: ...
+        @property
+        def label(self) -> str: ...
+
+    class _IntegerChoices(enum.IntEnum):
+        _value_: int
+        choices: ClassVar[list[tuple[int, str]]]
+        values: ClassVar[list[int]]
+
+        def __new__(cls, value: int) -> Self: ...
+        @property
+        def label(self) -> str: ...
+
+else:
+    _TextChoices = models.TextChoices
+    _IntegerChoices = models.IntegerChoices
+
+
+class State(_TextChoices):
     """Where a task is; a task is always in exactly one state."""
 
     READY = "ready", "ready"
@@ -44,7 +76,7 @@ COUNTERS: dict[str, str] = {
 
 # event: (from states, to state, counters moved). nack and reclaim fork on attempts left:
 # the "retry" and "bury" halves each move their own counter as well.
-TRANSITIONS: dict[str, tuple[frozenset[str], str | None, tuple[str, ...]]] = {
+TRANSITIONS: dict[str, tuple[frozenset[str], str, tuple[str, ...]]] = {
     "enqueue": (frozenset(), State.READY, ("enqueued",)),
     "enqueue_delayed": (frozenset(), State.DELAYED, ("enqueued",)),
     "claim": (frozenset({State.READY}), State.HANDED_OUT, ("delivered",)),
@@ -66,7 +98,7 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str | None, tuple[str, ...]]] = {
 }
 
 
-class Priority(models.IntegerChoices):
+class Priority(_IntegerChoices):
     """Claim order: lower value first, so one ascending index serves the claim."""
 
     HIGH = 0, "high"

@@ -82,6 +82,9 @@ def task_error(text: str) -> TaskError:
 
 # -- the backend ------------------------------------------------------------------------------
 
+# django_tasks types TaskResult.status as its TaskResultStatus, a TextChoices; Django having no
+# type information, mypy reads those members as the (value, label) tuples they are written as.
+# Hence the two type: ignore[arg-type] at status= below (broker.states types its own choices).
 _STATUS = {
     "ready": TaskResultStatus.READY,
     "delayed": TaskResultStatus.READY,  # waiting out run_after or a retry's backoff
@@ -149,7 +152,7 @@ class BrokerBackend(BaseTaskBackend):
         result: TaskResult[T] = TaskResult(
             task=task,
             id=str(pk),
-            status=TaskResultStatus.READY,
+            status=TaskResultStatus.READY,  # type: ignore[arg-type]  # see _STATUS
             enqueued_at=timezone.now(),
             started_at=None,
             finished_at=None,
@@ -186,10 +189,10 @@ class BrokerBackend(BaseTaskBackend):
         worker_ids = ["unknown"] * row.attempts
         if worker_ids and row.state == "handed_out" and row.worker:
             worker_ids[-1] = row.worker
-        result = TaskResult(
+        result: TaskResult[Any] = TaskResult(  # the return value: any JSON
             task=task,
             id=str(row.pk),
-            status=_STATUS[row.state],
+            status=_STATUS[row.state],  # type: ignore[arg-type]  # see _STATUS
             enqueued_at=row.created_at,
             started_at=row.claimed_at,
             last_attempted_at=row.claimed_at,

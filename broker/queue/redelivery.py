@@ -40,7 +40,8 @@ def fail_held(rows: Sequence[Held], now: datetime, error: str, *, at_once: bool)
     """Record a failed attempt of each row (locked, handed out): → dead when out of attempts,
     else → ready at once (`at_once`, or a task without backoff, waking its queue's claimers),
     else → delayed for its backoff. Call inside the transaction that locked them."""
-    updates, moves, errors = [], [], []
+    updates, errors = [], []
+    moves: list[Move] = []
     ready: Counter[str] = Counter()
     for pk, queue, attempts, max_attempts, backoff in rows:
         if not retries_left(attempts, max_attempts):
