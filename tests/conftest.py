@@ -1,18 +1,24 @@
-"""Shared fixtures: API client, task factory, database-kind markers."""
+"""Shared fixtures: API client, task factories, the invariant, clocks, worker fakes, markers."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone as real_timezone
 from rest_framework.test import APIClient
 
 from broker import queue
 from broker.queue import NewTask
+from tests.worker_fakes import FakeBroker, FakeServer, serve, start_server
+from workers.client import BrokerClient
 
 
 def _on_postgres() -> bool:
@@ -113,3 +119,92 @@ def _fresh_claim_hints() -> Any:
     restricted.forget_hints()
     claim_log.reset()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _invariant_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """nacked + reclaimed == retried + buried after every database test, whatever it did."""
+    yield
+    if request.node.get_closest_marker("django_db"):
+        assert_invariant()
+
+
+class Clock:
+    """The state machine's clock, movable: the real time (or a stopped one) plus an offset."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.offset = timedelta(0)
+        self.start = start
+
+    def now(self) -> datetime:
+        return (self.start or real_timezone.now()) + self.offset
+
+    def advance(self, ms: int) -> None:
+        self.offset += timedelta(milliseconds=ms)
+
+
+def _patched_clock(monkeypatch: pytest.MonkeyPatch, c: Clock) -> Clock:
+    monkeypatch.setattr(queue.base, "timezone", SimpleNamespace(now=c.now))
+    return c
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Time travel for `broker.queue` only: leases expire and backoffs end without sleeping."""
+    return _patched_clock(monkeypatch, Clock())
+
+
+@pytest.fixture
+def stopped_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """`broker.queue`'s clock stopped and moved by hand, so a claim-to-ack duration is exact."""
+    return _patched_clock(monkeypatch, Clock(start=real_timezone.now()))
+
+
+# -- the workers' fakes (unit tests of the worker client and runner, runworker children) --------
+
+
+@pytest.fixture
+def fake_broker() -> FakeBroker:
+    """A fresh in-memory broker."""
+    return FakeBroker()
+
+
+@pytest.fixture
+def http_broker() -> Iterator[FakeServer]:
+    """A running fake HTTP broker."""
+    server, fake = start_server()
+    thread = serve(server)
+    yield fake
+    fake.release.set()
+    server.shutdown()
+    thread.join()
+    server.server_close()
+
+
+@pytest.fixture
+def make_client() -> Iterator[Callable[..., BrokerClient]]:
+    """Build BrokerClients with fast backoff; all are closed at teardown."""
+    made: list[BrokerClient] = []
+
+    def make(url: str, **kwargs: Any) -> BrokerClient:
+        kwargs.setdefault("backoff_base_s", 0.01)
+        kwargs.setdefault("backoff_cap_s", 0.05)
+        kwargs.setdefault("give_up_s", 2.0)
+        client = BrokerClient(url, **kwargs)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.cancel_claims()
+        client.close()
+
+
+@pytest.fixture
+def workers_logger() -> Iterator[logging.Logger]:
+    """The "workers" logger, with its level and handlers restored after the test."""
+    logger = logging.getLogger("workers")
+    level, handlers = logger.level, list(logger.handlers)
+    yield logger
+    logger.setLevel(level)
+    logger.handlers[:] = handlers

@@ -7,7 +7,7 @@ from django.db import DatabaseError
 from django.test import override_settings
 
 from broker.api import views
-from tests.api.conftest import post
+from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 

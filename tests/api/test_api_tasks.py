@@ -7,7 +7,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from broker import queue
-from tests.api.conftest import parse_time, post
+from tests.api.conftest import parse_time
+from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 

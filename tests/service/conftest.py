@@ -1,24 +1,13 @@
-"""Service-test helpers: counter deltas, one-task claims, and the invariant after every test."""
+"""Service-test helpers: counter deltas and one-task claims."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
-from types import SimpleNamespace
+from collections.abc import Callable
 
 import pytest
-from django.utils import timezone as real_timezone
 
 from broker import queue
 from broker.queue import Delivery
-from tests.conftest import assert_invariant
-
-
-@pytest.fixture(autouse=True)
-def _invariant_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    if request.node.get_closest_marker("django_db"):
-        assert_invariant()
 
 
 @pytest.fixture
@@ -43,24 +32,3 @@ def claim_one() -> Callable[..., Delivery]:
         return got[0]
 
     return claim
-
-
-class Clock:
-    """The state machine's clock, movable: the real time plus an offset tests can advance."""
-
-    def __init__(self) -> None:
-        self.offset = timedelta(0)
-
-    def now(self) -> datetime:
-        return real_timezone.now() + self.offset
-
-    def advance(self, ms: int) -> None:
-        self.offset += timedelta(milliseconds=ms)
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """Time travel for `broker.queue` only: leases expire and backoffs end without sleeping."""
-    c = Clock()
-    monkeypatch.setattr(queue.base, "timezone", SimpleNamespace(now=c.now))
-    return c
