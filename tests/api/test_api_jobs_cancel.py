@@ -1,4 +1,4 @@
-"""Item 2: DELETE /jobs/{id} cancels ready, delayed and handed-out tasks; 409 once finished."""
+"""DELETE /jobs/{id} cancels a ready, delayed or handed-out task; a finished one answers 409."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Item 4: idempotency_key: a repeat answers 200 with the first id, racing posts included."""
+"""A repeated idempotency_key answers 200 with the first id and creates nothing, racing too."""
 
 from __future__ import annotations
 

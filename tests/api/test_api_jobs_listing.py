@@ -1,4 +1,4 @@
-"""Item 1: GET /jobs (filters, limit, cursor walk) and GET /jobs/{id} (errors, result, holder)."""
+"""GET /jobs filters, limits and walks by cursor; GET /jobs/{id} shows errors, result, holder."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Item 3: claim order (high > normal > low, then oldest) and named queues; the claim's plan."""
+"""Claims take high, normal, then low priority, oldest first, named queues only; the plans."""
 
 from __future__ import annotations
 

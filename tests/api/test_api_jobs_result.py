@@ -1,4 +1,4 @@
-"""Item 5: the result sent with an ack is kept and shown by GET /jobs/{id} and GET /jobs."""
+"""The result sent with an ack is kept and shown by GET /jobs/{id} and GET /jobs."""
 
 from __future__ import annotations
 

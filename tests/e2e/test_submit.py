@@ -1,4 +1,4 @@
-"""Item 7: manage.py submit: one sample task per type (or --type), polled to a status table."""
+"""manage.py submit sends one sample task per type (or --type) and polls them to a status table."""
 
 from __future__ import annotations
 
