@@ -328,3 +328,27 @@ def serve(server: _Server) -> threading.Thread:
     )
     thread.start()
     return thread
+
+
+class Job:
+    """A job type that sleeps, then returns what it was built with (or raises it)."""
+
+    def __init__(self, seconds: float = 0.0, result: Any = None) -> None:
+        self.seconds, self.result = seconds, result
+        self.started, self.finished = threading.Event(), threading.Event()
+
+    def handler(self, payload: Any) -> Any:
+        self.started.set()
+        time.sleep(self.seconds)
+        self.finished.set()
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result
+
+
+def register(monkeypatch: Any, name: str, job: Any) -> Any:
+    """`job` as the handler of type `name` in the workers' registry, for this test only."""
+    from workers import jobtypes
+
+    monkeypatch.setitem(jobtypes.REGISTRY, name, job)
+    return job

@@ -8,16 +8,15 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tests.worker_fakes import FakeBroker, FakeServer, Reply, delivery, wait_until
-from workers import handlers, jobtypes, producer
+from tests.worker_fakes import FakeBroker, FakeServer, Job, Reply, delivery, register, wait_until
+from workers import producer
 from workers.client import BrokerClient
 from workers.management.commands import produce, runworker
 from workers.runner import Runner
@@ -28,45 +27,10 @@ TEMPLATE = producer.body_template(
 )
 
 
-class Job:
-    """A job type that sleeps, then returns what it was built with (or raises it)."""
-
-    def __init__(self, seconds: float = 0.0, result: Any = None) -> None:
-        self.seconds, self.result = seconds, result
-        self.started, self.finished = threading.Event(), threading.Event()
-
-    def handler(self, payload: Any) -> Any:
-        self.started.set()
-        time.sleep(self.seconds)
-        self.finished.set()
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-
 @pytest.fixture
-def batch_runner(
-    fake_broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., Runner]]:
-    made: list[Runner] = []
-
-    def make(**kwargs: Any) -> Runner:
-        log_file = str(tmp_path / "jobs.log")
-        kwargs.setdefault("resolve", functools.partial(handlers.resolve, log_file=log_file))
-        kwargs.setdefault("wait_ms", 0)
-        kwargs.setdefault("batch", 10)
-        runner = Runner(fake_broker, **kwargs)
-        made.append(runner)
-        return runner
-
-    yield make
-    for runner in made:
-        runner.close()
-
-
-def register(monkeypatch: pytest.MonkeyPatch, name: str, job: Job) -> Job:
-    monkeypatch.setitem(jobtypes.REGISTRY, name, job)
-    return job
+def batch_runner(make_runner: Callable[..., Runner]) -> Callable[..., Runner]:
+    """Runners in batch mode (10 unless given) on fake_broker."""
+    return functools.partial(make_runner, batch=10)
 
 
 # -- the runner ---------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import time
@@ -12,45 +11,22 @@ from typing import Any
 
 import pytest
 
-from tests.worker_fakes import FakeBroker, wait_until
-from workers import handlers, jobtypes
+from tests.worker_fakes import FakeBroker, Job, register, wait_until
 from workers.client import BrokerError
 from workers.runner import Runner
 
 MakeRunner = Callable[..., Runner]
 
 
-class Job:
-    """A job type that sleeps, then returns what it was built with (or raises it)."""
-
-    def __init__(self, seconds: float = 0.0, result: Any = None) -> None:
-        self.seconds, self.result = seconds, result
-        self.started, self.finished = threading.Event(), threading.Event()
-
-    def handler(self, payload: Any) -> Any:
-        self.started.set()
-        time.sleep(self.seconds)
-        self.finished.set()
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-
 @pytest.fixture
-def log_file(tmp_path: Path) -> Path:
-    return tmp_path / "jobs.log"
-
-
-@pytest.fixture
-def make_runner(fake_broker: FakeBroker, log_file: Path) -> Iterator[MakeRunner]:
-    """Prefetching runners on fake_broker; each is stopped and joined at teardown."""
+def prefetching(make_runner: MakeRunner) -> Iterator[MakeRunner]:
+    """Prefetching runners on fake_broker, in threads; each is stopped and joined at teardown."""
     made: list[tuple[Runner, threading.Thread]] = []
 
     def make(start: bool = True, **kwargs: Any) -> Runner:
-        kwargs.setdefault("resolve", functools.partial(handlers.resolve, log_file=str(log_file)))
         kwargs.setdefault("wait_ms", 20000)
         kwargs.setdefault("prefetch", 4)
-        runner = Runner(fake_broker, **kwargs)
+        runner = make_runner(**kwargs)
         runner.claim_grace_s = 0.05
         thread = threading.Thread(target=runner.run, daemon=True)
         made.append((runner, thread))
@@ -63,13 +39,6 @@ def make_runner(fake_broker: FakeBroker, log_file: Path) -> Iterator[MakeRunner]
         runner.stop()
         if thread.is_alive():
             thread.join(10)
-        else:
-            runner.close()
-
-
-def register(monkeypatch: pytest.MonkeyPatch, name: str, job: Job) -> Job:
-    monkeypatch.setitem(jobtypes.REGISTRY, name, job)
-    return job
 
 
 def acked(fake_broker: FakeBroker) -> list[str]:
@@ -77,13 +46,13 @@ def acked(fake_broker: FakeBroker) -> list[str]:
 
 
 def test_prefetch__many_tasks__each_run_and_acked_once(
-    fake_broker: FakeBroker, make_runner: MakeRunner, log_file: Path
+    fake_broker: FakeBroker, prefetching: MakeRunner, log_file: Path
 ) -> None:
     ids = [f"t{n}" for n in range(300)]
     for task_id in ids:
         fake_broker.add(task_id, {"line": task_id})
 
-    make_runner(concurrency=4, prefetch=3)
+    prefetching(concurrency=4, prefetch=3)
 
     assert wait_until(lambda: len(fake_broker.acks) == 300)
     assert acked(fake_broker) == sorted(ids)
@@ -92,13 +61,13 @@ def test_prefetch__many_tasks__each_run_and_acked_once(
 
 
 def test_prefetch__limit__never_more_than_concurrency_times_prefetch_in_hand(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+    fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register(monkeypatch, "pause", Job(seconds=0.002))
     for n in range(120):
         fake_broker.add(f"t{n}", {}, type_="pause")
 
-    make_runner(concurrency=2, prefetch=3)
+    prefetching(concurrency=2, prefetch=3)
 
     assert wait_until(lambda: len(fake_broker.acks) == 120)
     assert fake_broker.max_outstanding == 6
@@ -106,12 +75,12 @@ def test_prefetch__limit__never_more_than_concurrency_times_prefetch_in_hand(
 
 
 def test_prefetch__drain__acks_ride_with_the_next_claims(
-    fake_broker: FakeBroker, make_runner: MakeRunner
+    fake_broker: FakeBroker, prefetching: MakeRunner
 ) -> None:
     for n in range(200):
         fake_broker.add(f"t{n}", {"line": f"hello {n}"})
 
-    make_runner(concurrency=3, prefetch=4)
+    prefetching(concurrency=3, prefetch=4)
 
     assert wait_until(lambda: len(fake_broker.acks) == 200)
     riding = sum(len(acks) for acks, _, _, _ in fake_broker.settle_claims)
@@ -121,9 +90,9 @@ def test_prefetch__drain__acks_ride_with_the_next_claims(
 
 
 def test_prefetch__last_task_done__ack_sent_while_parked(
-    fake_broker: FakeBroker, make_runner: MakeRunner
+    fake_broker: FakeBroker, prefetching: MakeRunner
 ) -> None:
-    make_runner(concurrency=3, prefetch=4)
+    prefetching(concurrency=3, prefetch=4)
     assert wait_until(lambda: fake_broker.parked == 1)
     fake_broker.add("t1", {"line": "hello 1"})
 
@@ -134,11 +103,11 @@ def test_prefetch__last_task_done__ack_sent_while_parked(
 
 
 def test_prefetch__task_ends_while_a_claim_is_parked__acked_at_once(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+    fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = register(monkeypatch, "slow", Job(seconds=0.3))
     fake_broker.add("t1", {}, type_="slow")
-    make_runner(concurrency=3, prefetch=4)
+    prefetching(concurrency=3, prefetch=4)
     assert slow.started.wait(2)
     assert wait_until(lambda: fake_broker.parked == 1)  # claiming more while t1 runs
 
@@ -153,9 +122,9 @@ def test_prefetch__task_ends_while_a_claim_is_parked__acked_at_once(
 # Until task durations are known, one waiting per thread: 2 x concurrency, 100 at most.
 @pytest.mark.parametrize(("concurrency", "prefetch", "max_n"), [(3, 4, 6), (50, 4, 100)])
 def test_prefetch__one_idle_worker__one_parked_claim(
-    fake_broker: FakeBroker, make_runner: MakeRunner, concurrency: int, prefetch: int, max_n: int
+    fake_broker: FakeBroker, prefetching: MakeRunner, concurrency: int, prefetch: int, max_n: int
 ) -> None:
-    make_runner(concurrency=concurrency, prefetch=prefetch)
+    prefetching(concurrency=concurrency, prefetch=prefetch)
 
     assert wait_until(lambda: fake_broker.parked == 1)
     time.sleep(0.2)
@@ -166,13 +135,13 @@ def test_prefetch__one_idle_worker__one_parked_claim(
 
 
 def test_prefetch__quick_task_beside_slow_one__its_ack_goes_within_the_linger(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+    fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = register(monkeypatch, "slow", Job(seconds=1.0))
     fake_broker.add("t1", {}, type_="slow")
     fake_broker.add("t2", {"line": "hello 2"})
 
-    make_runner(concurrency=2, prefetch=2)
+    prefetching(concurrency=2, prefetch=2)
 
     assert slow.started.wait(2)
     assert wait_until(lambda: acked(fake_broker) == ["t2"], 0.3)
@@ -180,14 +149,14 @@ def test_prefetch__quick_task_beside_slow_one__its_ack_goes_within_the_linger(
 
 
 def test_prefetch__tasks_waiting_their_turn__leases_extended(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+    fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = register(monkeypatch, "slow", Job(seconds=0.4))
     fake_broker.add("t1", {}, type_="slow")
     fake_broker.add("t2", {"line": "hello 2"})
     fake_broker.add("t3", {"line": "hello 3"})
 
-    make_runner(concurrency=1, prefetch=3, heartbeat_s=0.05)
+    prefetching(concurrency=1, prefetch=3, heartbeat_s=0.05)
 
     assert slow.started.wait(2)
     assert wait_until(lambda: acked(fake_broker) == ["t1", "t2", "t3"], 3)
@@ -196,13 +165,13 @@ def test_prefetch__tasks_waiting_their_turn__leases_extended(
 
 
 def test_prefetch__stop_with_tasks_prefetched__runs_and_acks_them_then_ends(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+    fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = register(monkeypatch, "slow", Job(seconds=0.3))
     fake_broker.add("t1", {}, type_="slow")
     for n in range(2, 9):
         fake_broker.add(f"t{n}", {"line": f"hello {n}"})
-    runner = make_runner(concurrency=1, prefetch=4)
+    runner = prefetching(concurrency=1, prefetch=4)
     assert slow.started.wait(2)
     claims_before = fake_broker.claims
     left = {d["task"]["id"] for d in fake_broker.deliveries}
@@ -218,27 +187,27 @@ def test_prefetch__stop_with_tasks_prefetched__runs_and_acks_them_then_ends(
 
 
 def test_prefetch__long_tasks__few_wait_their_turn(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+    fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register(monkeypatch, "long", Job(seconds=0.1))
     for n in range(12):
         fake_broker.add(f"t{n}", {}, type_="long")
 
     # 2 threads x 16 could hold all 12; 0.05 s ahead of 0.1 s tasks allows one waiting.
-    make_runner(concurrency=2, prefetch=16, prefetch_ahead_s=0.05)
+    prefetching(concurrency=2, prefetch=16, prefetch_ahead_s=0.05)
 
     assert wait_until(lambda: len(fake_broker.acks) == 12, 5)
     assert fake_broker.max_outstanding <= 4  # one each until timed, then 2 + 1
 
 
 def test_prefetch__a_thread_with_nothing_to_start__a_claim_looks_for_work(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+    fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = register(monkeypatch, "slow", Job(seconds=1.0))
     fake_broker.add("t1", {"line": "hello 1"})
     fake_broker.add("t2", {}, type_="slow")
     fake_broker.add("t3", {}, type_="slow")
-    make_runner(concurrency=3, prefetch=1)
+    prefetching(concurrency=3, prefetch=1)
     assert wait_until(lambda: acked(fake_broker) == ["t1"])
 
     fake_broker.add("t4", {"line": "hello 4"})  # for the thread t1 left idle
@@ -248,9 +217,9 @@ def test_prefetch__a_thread_with_nothing_to_start__a_claim_looks_for_work(
 
 
 def test_prefetch__stop_while_parked__run_returns_promptly(
-    fake_broker: FakeBroker, make_runner: MakeRunner
+    fake_broker: FakeBroker, prefetching: MakeRunner
 ) -> None:
-    runner = make_runner(start=False, concurrency=3, prefetch=4)
+    runner = prefetching(start=False, concurrency=3, prefetch=4)
     thread = threading.Thread(target=runner.run)
     thread.start()
     assert wait_until(lambda: fake_broker.parked == 1)
@@ -264,13 +233,13 @@ def test_prefetch__stop_while_parked__run_returns_promptly(
 
 
 def test_prefetch__ack_refused_for_its_result__nacked_instead(
-    fake_broker: FakeBroker, make_runner: MakeRunner
+    fake_broker: FakeBroker, prefetching: MakeRunner
 ) -> None:
     fake_broker.ack_statuses["t1"] = 413
     fake_broker.add("t1", {"line": "hello 1"})
     fake_broker.add("t2", {"line": "hello 2"})
 
-    make_runner(concurrency=1, prefetch=2)
+    prefetching(concurrency=1, prefetch=2)
 
     assert wait_until(lambda: len(fake_broker.nacks) == 1 and len(fake_broker.acks) == 1)
     ((task_id, _, error),) = fake_broker.nacks
@@ -281,23 +250,23 @@ def test_prefetch__ack_refused_for_its_result__nacked_instead(
 
 
 def test_prefetch__claim_refused__backs_off_without_spinning(
-    fake_broker: FakeBroker, make_runner: MakeRunner
+    fake_broker: FakeBroker, prefetching: MakeRunner
 ) -> None:
     fake_broker.claim_errors.extend([BrokerError(401, "Bad token.")] * 50)
 
-    make_runner(concurrency=2, prefetch=2, error_backoff_s=0.2)
+    prefetching(concurrency=2, prefetch=2, error_backoff_s=0.2)
     time.sleep(0.5)
 
     assert 1 <= fake_broker.claims <= 4
 
 
 def test_prefetch__claim_refused_then_accepted__tasks_run(
-    fake_broker: FakeBroker, make_runner: MakeRunner
+    fake_broker: FakeBroker, prefetching: MakeRunner
 ) -> None:
     fake_broker.claim_errors.append(BrokerError(401, "Bad token."))
     fake_broker.add("t1", {"line": "hello 1"})
 
-    make_runner(concurrency=2, prefetch=2, error_backoff_s=0.01)
+    prefetching(concurrency=2, prefetch=2, error_backoff_s=0.01)
 
     assert wait_until(lambda: acked(fake_broker) == ["t1"])
 

@@ -2,72 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.worker_fakes import FakeBroker, wait_until
-from workers import handlers, jobtypes
+from tests.worker_fakes import FakeBroker, Job, register, wait_until
 from workers.client import BrokerError
 from workers.runner import Runner
 
 MakeRunner = Callable[..., Runner]
-
-
-class SlowJob:
-    """A job type that sleeps, signalling when it started."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.started = threading.Event()
-
-    def handler(self, payload: Any) -> Any:
-        self.started.set()
-        time.sleep(self.seconds)
-        return {"slept": self.seconds}
-
-
-class Raises:
-    """A job type whose handler raises the given exception."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    def handler(self, payload: Any) -> Any:
-        raise self.exc
-
-
-@pytest.fixture
-def log_file(tmp_path: Path) -> Path:
-    return tmp_path / "jobs.log"
-
-
-@pytest.fixture
-def make_runner(fake_broker: FakeBroker, log_file: Path) -> Iterator[MakeRunner]:
-    """Runners on fake_broker writing to log_file; their heartbeats are closed at teardown."""
-    made: list[Runner] = []
-
-    def make(**kwargs: Any) -> Runner:
-        kwargs.setdefault("resolve", functools.partial(handlers.resolve, log_file=str(log_file)))
-        kwargs.setdefault("wait_ms", 0)
-        runner = Runner(fake_broker, **kwargs)
-        made.append(runner)
-        return runner
-
-    yield make
-    for runner in made:
-        runner.close()
-
-
-def register(monkeypatch: pytest.MonkeyPatch, name: str, jobtype: Any) -> None:
-    monkeypatch.setitem(jobtypes.REGISTRY, name, jobtype)
 
 
 def test_runner__untyped_task__appends_line_and_acks(
@@ -98,46 +47,30 @@ def test_runner__fail_payload__nacks_with_error(
     assert not log_file.exists()
 
 
-def test_runner__handler_raises__nacks_with_text(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("job_type", "failure", "reason"),
+    [
+        pytest.param("boom", RuntimeError("disk on fire"), "disk on fire", id="raises_with_text"),
+        pytest.param("boom", KeyError(), "KeyError", id="raises_without_text_class_name"),
+        pytest.param("quits", SystemExit(3), "3", id="sys_exit_and_keeps_going"),
+        pytest.param("nope", None, "unknown job type: nope", id="unknown_type"),
+    ],
+)
+def test_runner__handler_fails__nacks_with_the_reason(
+    fake_broker: FakeBroker,
+    make_runner: MakeRunner,
+    monkeypatch: pytest.MonkeyPatch,
+    job_type: str,
+    failure: BaseException | None,
+    reason: str,
 ) -> None:
-    register(monkeypatch, "boom", Raises(RuntimeError("disk on fire")))
-    fake_broker.add("t1", {}, type_="boom")
+    if failure is not None:
+        register(monkeypatch, job_type, Job(result=failure))
+    fake_broker.add("t1", {}, type_=job_type)
 
     assert make_runner().tick() == "nacked"
 
-    assert fake_broker.nacks == [("t1", "lease-t1", "disk on fire")]
-
-
-def test_runner__handler_raises_without_text__nacks_with_class_name(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    register(monkeypatch, "boom", Raises(KeyError()))
-    fake_broker.add("t1", {}, type_="boom")
-
-    make_runner().tick()
-
-    assert fake_broker.nacks == [("t1", "lease-t1", "KeyError")]
-
-
-def test_runner__handler_calls_sys_exit__nacks_and_keeps_going(
-    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    register(monkeypatch, "quits", Raises(SystemExit(3)))
-    fake_broker.add("t1", {}, type_="quits")
-    runner = make_runner()
-
-    assert runner.tick() == "nacked"
-
-    assert fake_broker.nacks == [("t1", "lease-t1", "3")]
-
-
-def test_runner__unknown_type__nacks(fake_broker: FakeBroker, make_runner: MakeRunner) -> None:
-    fake_broker.add("t1", {}, type_="nope")
-
-    make_runner().tick()
-
-    assert fake_broker.nacks == [("t1", "lease-t1", "unknown job type: nope")]
+    assert fake_broker.nacks == [("t1", "lease-t1", reason)]
 
 
 def test_runner__typed_task__acks_handler_result(
@@ -202,7 +135,7 @@ def test_runner__task_handled__one_info_line_with_id_and_outcome(
 def test_runner__slow_task__heartbeat_extends_lease(
     fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register(monkeypatch, "slow", SlowJob(0.5))
+    register(monkeypatch, "slow", Job(0.5, {"slept": 0.5}))
     fake_broker.add("t1", {}, type_="slow")
 
     make_runner(lease_ms=200).tick()  # heartbeat every 100 ms
@@ -225,7 +158,7 @@ def test_runner__lease_lost__heartbeat_stops_extending(
     fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_broker.extend_answer = False
-    register(monkeypatch, "slow", SlowJob(0.4))
+    register(monkeypatch, "slow", Job(0.4, {"slept": 0.4}))
     fake_broker.add("t1", {}, type_="slow")
 
     make_runner(lease_ms=100).tick()
@@ -242,7 +175,7 @@ def run_in_thread(runner: Runner) -> threading.Thread:
 def test_runner__stop_while_handling__finishes_and_acks_then_exits(
     fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow = SlowJob(0.5)
+    slow = Job(0.5, {"slept": 0.5})
     register(monkeypatch, "slow", slow)
     fake_broker.add("t1", {}, type_="slow")
     runner = make_runner(concurrency=3, wait_ms=20000)
