@@ -20,6 +20,13 @@ from broker.queue import NewTask
 from tests.worker_fakes import FakeBroker, FakeServer, serve, start_server
 from workers.client import BrokerClient
 
+# The job types the workers ship, each with a sample payload (contract/jobtypes).
+SAMPLE_TYPES = ("data_transform", "fail_job", "http_fetch", "image_resize", "send_email",
+                "sleep_job")  # fmt: skip
+# The /stats totals, in the contract's order.
+COUNTER_NAMES = ("enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried",
+                 "requeued", "cancelled")  # fmt: skip
+
 
 def _on_postgres() -> bool:
     return os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
@@ -28,11 +35,11 @@ def _on_postgres() -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run_slow = os.environ.get("RUN_SLOW") == "1"
     for item in items:
-        if not _on_postgres() and ("postgres" in item.keywords or "e2e" in item.keywords):
+        if not _on_postgres() and any(item.get_closest_marker(m) for m in ("postgres", "e2e")):
             item.add_marker(
                 pytest.mark.skip(reason="needs PostgreSQL: DATABASE_URL is not postgres://")
             )
-        if "slow" in item.keywords and not run_slow:
+        if item.get_closest_marker("slow") and not run_slow:
             reason = "slow fault test: RUN_SLOW=1 runs it (.ci/run does)"
             item.add_marker(pytest.mark.skip(reason=reason))
 

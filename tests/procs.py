@@ -22,6 +22,21 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
+def python(
+    code: str, env: dict[str, str] | None = None, *, timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`python -c code` in a fresh interpreter at the project root, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

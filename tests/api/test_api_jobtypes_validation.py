@@ -8,18 +8,9 @@ import pytest
 
 from broker.models import Task
 from contract.jobtypes import SPECS
-from tests.conftest import post
+from tests.conftest import SAMPLE_TYPES, post
 
 pytestmark = pytest.mark.django_db
-
-SAMPLE_TYPES = [
-    "sleep_job",
-    "http_fetch",
-    "data_transform",
-    "image_resize",
-    "send_email",
-    "fail_job",
-]
 
 
 def refused(api_client, job_type: str, payload: Any) -> dict[str, list[str]]:

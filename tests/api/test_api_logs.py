@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -14,8 +11,7 @@ from rest_framework.test import APIClient
 
 from broker import queue
 from broker.queue import NewTask
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.procs import python
 
 
 def _lines(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
@@ -122,13 +118,5 @@ def test_log_level__from_env_log_level(level: str | None, expected: str) -> None
         env["LOG_LEVEL"] = level
     env["DJANGO_SETTINGS_MODULE"] = "queueproject.settings"
     code = "import django, logging; django.setup(); print(logging.getLogger().level)"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    out = python(code, env)
     assert logging.getLevelName(int(out.stdout.strip())) == expected

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -14,8 +11,8 @@ from rest_framework.test import APIClient
 
 from broker import queue
 from broker.api import middleware
+from tests.procs import python
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKENS = ["first-token-abc", "second-token-xyz"]
 
 API_CALLS = [
@@ -128,13 +125,5 @@ def test_tokens_env__comma_separated_with_spaces__each_token_trimmed() -> None:
         "DJANGO_SETTINGS_MODULE": "queueproject.settings",
     }
     code = "from django.conf import settings; print(settings.BROKER_API_TOKENS)"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    out = python(code, env)
     assert out.stdout.strip() == "['alpha', 'beta', 'gamma']"

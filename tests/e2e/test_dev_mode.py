@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import ROOT, Proc, free_port, wait_until
+from tests.procs import ROOT, Proc, free_port, python, wait_until
 
 # What a first-time user's shell does not have.
 UNSET = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "BROKER_HTTPS", "BROKER_API_TOKENS",
@@ -24,10 +24,8 @@ def _fresh_env(**extra: str) -> dict[str, str]:
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env=_fresh_env(DJANGO_SETTINGS_MODULE="queueproject.settings", **env),
-    )  # fmt: skip
+    settings_env = _fresh_env(DJANGO_SETTINGS_MODULE="queueproject.settings", **env)
+    return python(code, settings_env, timeout=120, check=False)
 
 
 def test_settings__nothing_set__debug_off_no_dev_key_no_wildcard_host() -> None:

@@ -9,17 +9,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from tests.conftest import SAMPLE_TYPES
 from tests.procs import gunicorn, http, manage, running
 from workers.management.commands.submit import table, wait_for
-
-SAMPLE_TYPES = [
-    "data_transform",
-    "fail_job",
-    "http_fetch",
-    "image_resize",
-    "send_email",
-    "sleep_job",
-]
 
 
 def listed(*args: str) -> str:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,7 +12,7 @@ from django.utils import timezone
 
 import broker
 from broker.models import Task
-from tests.procs import ROOT
+from tests.procs import python
 
 pytestmark = pytest.mark.django_db
 
@@ -107,15 +105,7 @@ def test_import_broker__before_django_setup__works_without_loading_django() -> N
         "print(sorted(m for m in sys.modules if m.startswith('django')))"
     )
 
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = python(code, env, timeout=30, check=False)
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

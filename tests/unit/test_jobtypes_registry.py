@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 import threading
@@ -11,18 +10,10 @@ from pathlib import Path
 import pytest
 
 from contract.jobtypes import SPECS, JobSpec
+from tests.conftest import SAMPLE_TYPES
+from tests.procs import python
 from workers import jobtypes
 from workers.jobtypes import JobType, Registry
-
-SAMPLE_TYPES = {
-    "sleep_job",
-    "http_fetch",
-    "data_transform",
-    "image_resize",
-    "send_email",
-    "fail_job",
-}
-ROOT = Path(__file__).resolve().parents[2]
 
 NEW_TYPE = '''
 """echo_job: a type added by one new module."""
@@ -57,7 +48,7 @@ def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_registry__holds_every_sample_type_under_its_module_name() -> None:
-    assert SAMPLE_TYPES <= set(jobtypes.REGISTRY)
+    assert set(SAMPLE_TYPES) <= set(jobtypes.REGISTRY)
     for name in SAMPLE_TYPES:
         jobtype = jobtypes.REGISTRY[name]
         assert isinstance(jobtype, JobType)
@@ -115,14 +106,7 @@ def test_registry__importing_the_package_imports_no_type_module(package: str) ->
         "print(sorted(m for m in sys.modules if m.startswith(('workers.jobtypes.', "
         "'contract.jobtypes.', 'rest_framework'))))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    out = python(code)
     assert out.stdout.strip() == "[]"
 
 
