@@ -17,6 +17,10 @@ from tests.conftest import post
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 JSON_1_0 = "application/x-amz-json-1.0"
 Sqs = Callable[..., tuple[int, dict[str, Any], Any]]
+# A task's keys as a claim hands it out, in order; GET /jobs/{id} shows these and more.
+DELIVERED_KEYS = (
+    "id payload attempts max_attempts queue priority type created_at available_at".split()
+)
 
 
 def parse_time(text: str) -> datetime:
