@@ -192,6 +192,23 @@ def gunicorn(
         proc.stop()
 
 
+@contextmanager
+def two_brokers(db_url: str, tmp: Path) -> Iterator[tuple[str, str]]:
+    """Two one-worker brokers "a" and "b" on the same database: their base URLs."""
+    with (
+        gunicorn(db_url, tmp, "a", WORKERS="1") as a,
+        gunicorn(db_url, tmp, "b", WORKERS="1") as b,
+    ):
+        yield a, b
+
+
+def enqueue_batch(base: str, jobs: list[dict[str, Any]]) -> list[str]:
+    """POST /jobs/batch to the broker at base (201 asserted): the new ids."""
+    status, body = http("POST", f"{base}/jobs/batch", {"jobs": jobs})
+    assert status == 201, body
+    return body["ids"]
+
+
 def _healthy(base: str, proc: Proc) -> bool:
     if proc.popen.poll() is not None:
         raise AssertionError(f"gunicorn exited early:\n{proc.output()}")

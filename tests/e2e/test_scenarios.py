@@ -6,6 +6,8 @@ import itertools
 import json
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -44,6 +46,22 @@ def _worker(base: str, db_url: str, tmp: Path, log: Path, name: str = "worker", 
     )
 
 
+@contextmanager
+def broker(db_url: str, tmp: Path, *sweeper_args: str) -> Iterator[str]:
+    """gunicorn and runsweeper (with sweeper_args) on the test database: the broker's base URL."""
+    with (
+        gunicorn(db_url, tmp) as base,
+        running(manage(["runsweeper", *sweeper_args], db_url, tmp, "sweeper")),
+    ):
+        yield base
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    """The workers' log file."""
+    return tmp_path / "jobs.log"
+
+
 def _at(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -52,11 +70,11 @@ def _gauges_zero(stats: dict) -> bool:
     return all(stats[k] == 0 for k in ("ready", "handed_out", "delayed", "dead"))
 
 
-def test_happy_path__100_tasks_3_threads__100_whole_lines(db_url: str, tmp_path: Path) -> None:
-    log = tmp_path / "jobs.log"
+def test_happy_path__100_tasks_3_threads__100_whole_lines(
+    db_url: str, tmp_path: Path, log: Path
+) -> None:
     with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
+        broker(db_url, tmp_path) as base,
         running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")),
     ):
         out = _produce(base, db_url, tmp_path, "-n", "100")
@@ -70,12 +88,10 @@ def test_happy_path__100_tasks_3_threads__100_whole_lines(db_url: str, tmp_path:
 
 
 def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
     with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")),
+        broker(db_url, tmp_path, "--interval-ms", "50") as base,
         running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")),
     ):
         _produce(base, db_url, tmp_path, "-n", "5", "--fail", "--max-attempts", "3")
@@ -95,11 +111,11 @@ def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
         assert totals["nacked"] == 15 and totals["buried"] == 5 and totals["retried"] == 10
 
 
-def test_delayed__10_tasks_5s__stay_delayed_then_drain(db_url: str, tmp_path: Path) -> None:
-    log = tmp_path / "jobs.log"
+def test_delayed__10_tasks_5s__stay_delayed_then_drain(
+    db_url: str, tmp_path: Path, log: Path
+) -> None:
     with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
+        broker(db_url, tmp_path) as base,
         running(_worker(base, db_url, tmp_path, log)),
     ):
         start = time.monotonic()
@@ -114,12 +130,10 @@ def test_delayed__10_tasks_5s__stay_delayed_then_drain(db_url: str, tmp_path: Pa
 
 
 def test_contention__2000_tasks_50_producers_3_workers__none_twice(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
     with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
+        broker(db_url, tmp_path) as base,
         running(_worker(base, db_url, tmp_path, log, "w1", "--concurrency", "1")),
         running(_worker(base, db_url, tmp_path, log, "w2", "--concurrency", "1")),
         running(_worker(base, db_url, tmp_path, log, "w3", "--concurrency", "1")),
@@ -136,13 +150,9 @@ def test_contention__2000_tasks_50_producers_3_workers__none_twice(
 
 
 def test_crash_recovery__kill_9_worker_holding_a_task__reclaimed_and_done(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
-    with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper", "--interval-ms", "100"], db_url, tmp_path, "sweeper")),
-    ):
+    with broker(db_url, tmp_path, "--interval-ms", "100") as base:
         doomed = _worker(
             base, db_url, tmp_path, log, "doomed", "--concurrency", "1", "--lease-ms", "1500"
         )
@@ -162,13 +172,9 @@ def test_crash_recovery__kill_9_worker_holding_a_task__reclaimed_and_done(
 
 
 def test_graceful_stop__sigterm_under_load__exit_0_nothing_lost(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
-    with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
-    ):
+    with broker(db_url, tmp_path) as base:
         _produce(base, db_url, tmp_path, "-n", "300", "--concurrency", "4")
         worker = _worker(base, db_url, tmp_path, log, "stopping", "--concurrency", "3")
         with running(worker):
