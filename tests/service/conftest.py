@@ -1,4 +1,4 @@
-"""Service-test helpers: counter deltas and one-task claims."""
+"""Service-test helpers: counter deltas, one-task claims, a nack whose retry is due."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from broker import queue
 from broker.queue import Delivery
+from tests.conftest import Clock
 
 
 @pytest.fixture
@@ -32,3 +33,15 @@ def claim_one() -> Callable[..., Delivery]:
         return got[0]
 
     return claim
+
+
+@pytest.fixture
+def nack_retried(claim_one: Callable[..., Delivery], clock: Clock) -> Callable[[int, str], None]:
+    """nack_retried(pk, error): claim the next task (pk), nack it, let its backoff pass: ready."""
+
+    def fail_once(pk: int, error: str) -> None:
+        queue.nack(pk, lease_id=claim_one().lease_id, error=error)
+        clock.advance(60_000)
+        queue.promote_delayed()
+
+    return fail_once
