@@ -82,6 +82,34 @@ def enqueue_task():
     return make
 
 
+def explain(statement: str, options: str = "", **params: Any) -> str:
+    """The plan PostgreSQL makes for a claim statement ("EXPLAIN (options) ..."), its parameters
+    placeholders unless given."""
+    now = real_timezone.now()
+    placeholders = {
+        "limit": 1,
+        "lease_id": "x" * 32,
+        "deadline": now,
+        "now": now,
+        "worker": None,
+        "shard": 0,
+        "queues": None,
+        "queue": None,
+        "scope": None,
+        "names": [],
+        "lims": [],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {options} {statement}", {**placeholders, **params})
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def analyze_tasks() -> None:
+    """Fresh planner statistics of broker_task."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE broker_task")
+
+
 def assert_invariant() -> None:
     totals = queue.totals()
     assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"], totals

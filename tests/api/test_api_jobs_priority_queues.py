@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from broker import queue
 from broker.queue import sql
 from broker.states import PRIORITY_NAMES
-from tests.conftest import post
+from tests.conftest import analyze_tasks, explain, post
 
 pytestmark = pytest.mark.django_db
 
@@ -138,26 +137,8 @@ def _insert(state: str, n: int) -> None:
         )
 
 
-def _analyze() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE broker_task")
-
-
 def _plan(statement: str, queues: list[str] | None) -> str:
-    now = timezone.now()
-    params = {
-        "queues": queues,
-        "queue": queues[0] if queues else None,
-        "limit": 1,
-        "lease_id": "x" * 32,
-        "deadline": now,
-        "now": now,
-        "worker": None,
-        "shard": 0,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + statement, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
+    return explain(statement, queues=queues, queue=queues[0] if queues else None)
 
 
 def _pick(plan: str) -> str:
@@ -180,7 +161,7 @@ def assert_claim_index_only(plan: str, index: str = "task_claim_idx", ordered: b
 def test_claim_pg__many_done_rows__plan_uses_the_partial_claim_index(enqueue) -> None:
     _insert("done", 20_000)
     _insert("ready", 300)
-    _analyze()
+    analyze_tasks()
     assert_claim_index_only(_plan(sql.CLAIM_ANY, None))
 
 
@@ -190,7 +171,7 @@ def test_claim_pg__burst_after_analyze__plan_still_uses_the_claim_index(enqueue)
     # of ready tasks arrived (autovacuum re-analyzes only after 10 % of the table changed).
     # A plan that sorts every ready row would then cost each claim a full sort.
     _insert("done", 20_000)
-    _analyze()
+    analyze_tasks()
     _insert("ready", 2_000)
     assert_claim_index_only(_plan(sql.CLAIM_ANY, None))
 
@@ -201,7 +182,7 @@ def test_claim_pg__one_queue_of_many__plan_reads_the_queue_claim_index_in_order(
 ) -> None:
     _insert("done", 20_000)
     _insert("ready", 3_000)  # 600 ready in each of q0..q4
-    _analyze()
+    analyze_tasks()
     # One queue with work in it: read in claim order straight from the per-queue index, with
     # no sort of that queue's ready rows. (For a queue of one or two ready rows the planner may
     # as well take the live-state index and sort them: either is one short scan.)
@@ -215,7 +196,7 @@ def test_claim_pg__two_queues_beside_a_big_backlog__each_queue_read_by_its_index
     # queue is one short range of the per-queue index, never a walk over the others' ready rows.
     _insert("done", 20_000)
     _insert("ready", 3_000)  # q0..q4
-    _analyze()
+    analyze_tasks()
     plan = _plan(sql.CLAIM_QUEUES, ["empty_a", "empty_b"])
     pick = _pick(plan)
     assert "Index Scan using task_claim_queue_idx on broker_task" in pick, plan

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from broker import queue, queues
 from broker.queue import sql
+from tests.conftest import analyze_tasks, explain
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -34,29 +34,8 @@ def backlog() -> None:
     _insert("ready", BACKLOG, "stuck", 0)
     for name in ("a", "b", "c"):
         _insert("ready", 100, name, 1)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE broker_task")
+    analyze_tasks()
     queues.update("stuck", {"paused": True})
-
-
-def _analyze(statement: str, **params: object) -> str:
-    now = timezone.now()
-    base = {
-        "limit": 1,
-        "lease_id": "x" * 32,
-        "deadline": now,
-        "now": now,
-        "worker": None,
-        "shard": 0,
-        "queues": None,
-        "queue": None,
-        "scope": None,
-        "names": [],
-        "lims": [],
-    }
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, COSTS OFF) " + statement, {**base, **params})
-        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 def _pick(plan: str) -> str:
@@ -79,7 +58,7 @@ def _rows_read(plan: str) -> int:
 def test_claim_every_queue__paused_backlog__the_one_statement_takes_nothing_reads_nothing(
     backlog: None,
 ) -> None:
-    plan = _analyze(sql.CLAIM_ANY)
+    plan = explain(sql.CLAIM_ANY, "(ANALYZE, COSTS OFF)")
     pick = _pick(plan)
     assert "One-Time Filter" in pick, plan
     assert "never executed" in pick, plan
@@ -87,7 +66,7 @@ def test_claim_every_queue__paused_backlog__the_one_statement_takes_nothing_read
 
 
 def test_claim_every_queue__paused_backlog__restricted_path_steps_over_it(backlog: None) -> None:
-    plan = _analyze(sql.CLAIM_ALLOWED_EVERY)
+    plan = explain(sql.CLAIM_ALLOWED_EVERY, "(ANALYZE, COSTS OFF)")
     pick = plan.split("CTE claimed")[0]  # the loose scan of names, and the pick
     assert "Seq Scan on broker_task" not in pick, plan
     assert "task_claim_idx " not in pick, plan
