@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -193,6 +194,12 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 def stopped_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """`broker.queue`'s clock stopped and moved by hand, so a claim-to-ack duration is exact."""
     return _patched_clock(monkeypatch, Clock(start=real_timezone.now()))
+
+
+@pytest.fixture
+def log_file(tmp_path: Path) -> Path:
+    """The file the workers' untyped-task handler writes its lines to."""
+    return tmp_path / "jobs.log"
 
 
 # -- the workers' fakes (unit tests of the worker client and runner, runworker children) --------

@@ -55,11 +55,6 @@ class InProcessBroker:
 
 
 @pytest.fixture
-def log_file(tmp_path: Path) -> Path:
-    return tmp_path / "jobs.log"
-
-
-@pytest.fixture
 def runner(api_client: APIClient, log_file: Path) -> Iterator[Runner]:
     r = Runner(
         InProcessBroker(api_client),

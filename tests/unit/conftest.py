@@ -1,4 +1,4 @@
-"""Unit-test fixtures of the worker runner: its log file and runners on the fake broker."""
+"""Unit-test fixtures of the worker runner: runners on the fake broker."""
 
 from __future__ import annotations
 
@@ -12,11 +12,6 @@ import pytest
 from tests.worker_fakes import FakeBroker
 from workers import handlers
 from workers.runner import Runner
-
-
-@pytest.fixture
-def log_file(tmp_path: Path) -> Path:
-    return tmp_path / "jobs.log"
 
 
 @pytest.fixture
