@@ -60,16 +60,23 @@ def test_client__claim__sends_wait_lease_and_queues(
     assert seen.query == {"wait_ms": ["1500"], "lease_ms": ["2500"], "queue": ["a,b"]}
 
 
-def test_client__claim_without_queues__sends_no_queue(
-    http_broker: FakeServer, make_client: MakeClient
+@pytest.mark.parametrize(
+    ("absent", "part"),
+    [
+        pytest.param("queue", "query", id="no_queues__no_queue_parameter"),
+        pytest.param("authorization", "headers", id="no_token__no_authorization_header"),
+    ],
+)
+def test_client__claim_without_queues_or_token__sends_neither(
+    http_broker: FakeServer, make_client: MakeClient, absent: str, part: str
 ) -> None:
     http_broker.script("GET", "/jobs/next", IDLE)
     client = make_client(http_broker.url)
 
     client.claim(0, 1000)
 
-    (seen,) = http_broker.requests_to("GET", "/jobs/next")
-    assert "queue" not in seen.query
+    (seen,) = http_broker.seen
+    assert absent not in getattr(seen, part)
 
 
 def test_client__claim_401__raises_broker_error(
@@ -94,17 +101,6 @@ def test_client__token__bearer_header_on_every_request(
     client.stats()
 
     assert [s.headers.get("authorization") for s in http_broker.seen] == ["Bearer s3cret"] * 2
-
-
-def test_client__no_token__no_authorization_header(
-    http_broker: FakeServer, make_client: MakeClient
-) -> None:
-    http_broker.script("GET", "/jobs/next", IDLE)
-    client = make_client(http_broker.url)
-
-    client.claim(0, 1000)
-
-    assert "authorization" not in http_broker.seen[0].headers
 
 
 def test_client__identity_header__host_pid_and_calling_thread(
