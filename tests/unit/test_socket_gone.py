@@ -6,7 +6,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -14,6 +14,7 @@ import pytest
 from broker import longpoll
 from broker.longpoll import socket_gone
 from tests.procs import self_signed_cert, tls_client_context
+from tests.worker_fakes import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +52,6 @@ def _pair(server_context: ssl.SSLContext | None) -> Iterator[tuple[socket.socket
             sock.close()
 
 
-def _becomes(check: Callable[[], bool], within: float = 2.0) -> bool:
-    end = time.monotonic() + within
-    while not check():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
 def test_socket_gone__client_connected__not_gone(server_context: ssl.SSLContext, tls: bool) -> None:
     with _pair(server_context if tls else None) as (server, _client):
@@ -73,7 +65,7 @@ def test_socket_gone__client_closes__gone(server_context: ssl.SSLContext, tls: b
     with _pair(server_context if tls else None) as (server, client):
         gone = socket_gone(server)
         client.close()
-        assert _becomes(gone), "a hung-up client still looks connected"
+        assert wait_until(gone, 2.0), "a hung-up client still looks connected"
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
@@ -85,7 +77,7 @@ def test_socket_gone__without_poll_rdhup__peek_still_sees_a_hang_up(
         gone = socket_gone(server)
         assert gone() is False
         client.close()
-        assert _becomes(gone), "a hung-up client still looks connected"
+        assert wait_until(gone, 2.0), "a hung-up client still looks connected"
 
 
 def test_socket_gone__tls_client_says_close_notify_then_closes__gone(
@@ -102,7 +94,7 @@ def test_socket_gone__tls_client_says_close_notify_then_closes__gone(
         except (ssl.SSLWantReadError, OSError):
             pass
         client.close()
-        assert _becomes(gone), "a client that closed TLS properly still looks connected"
+        assert wait_until(gone, 2.0), "a client that closed TLS properly still looks connected"
 
 
 def test_socket_gone__client_sends_more_bytes_but_stays__not_gone(
