@@ -240,30 +240,22 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
     )
 
 
+def _submit_without_worker(db_url: str, tmp_path: Path, *args: str) -> tuple[int, str]:
+    """manage.py submit *args against a one-process broker no worker serves: exit code, output."""
+    with gunicorn(db_url, tmp_path, WORKERS="1") as base:
+        command = manage(["submit", "--broker", base, *args], db_url, tmp_path, "submit")
+        with running(command) as submit:
+            return submit.wait(60), submit.output()
+
+
 @pytest.mark.e2e
 @pytest.mark.postgres
 def test_submit_e2e__no_worker__times_out_exit_1(db_url: str, tmp_path: Path) -> None:
-    with gunicorn(db_url, tmp_path, WORKERS="1") as base:
-        with running(
-            manage(
-                [
-                    "submit",
-                    "--broker",
-                    base,
-                    "--type",
-                    "data_transform",
-                    "--timeout",
-                    "1",
-                    "--payload",
-                    '{"input": {"a": " b "}}',
-                ],
-                db_url,
-                tmp_path,
-                "submit",
-            )
-        ) as submit:
-            assert submit.wait(60) == 1
-            output = submit.output()
+    code, output = _submit_without_worker(
+        db_url, tmp_path, "--type", "data_transform", "--timeout", "1",
+        "--payload", '{"input": {"a": " b "}}',
+    )  # fmt: skip
+    assert code == 1
     assert "1 task(s) unfinished after 1 s" in output
     [row] = rows_of(output).values()
     assert row[1:4] == ["normal", "ready", "0"]
@@ -272,25 +264,10 @@ def test_submit_e2e__no_worker__times_out_exit_1(db_url: str, tmp_path: Path) ->
 @pytest.mark.e2e
 @pytest.mark.postgres
 def test_submit_e2e__refused_payload__exit_1_naming_the_field(db_url: str, tmp_path: Path) -> None:
-    with gunicorn(db_url, tmp_path, WORKERS="1") as base:
-        with running(
-            manage(
-                [
-                    "submit",
-                    "--broker",
-                    base,
-                    "--type",
-                    "image_resize",
-                    "--payload",
-                    '{"width": 99999, "height": 1}',
-                ],
-                db_url,
-                tmp_path,
-                "submit",
-            )
-        ) as submit:
-            assert submit.wait(60) == 1
-            output = submit.output()
+    code, output = _submit_without_worker(
+        db_url, tmp_path, "--type", "image_resize", "--payload", '{"width": 99999, "height": 1}'
+    )
+    assert code == 1
     assert "refused image_resize: 400" in output
     assert "payload.width" in output
     assert "refused by the broker: image_resize" in output
