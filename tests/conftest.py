@@ -111,6 +111,17 @@ def analyze_tasks() -> None:
         cursor.execute("ANALYZE broker_task")
 
 
+def settle(pk: int, lease_id: str, how: str) -> None:
+    """Move a handed-out task on by `how`: "ack", "nack" (error "boom") or "cancel"."""
+    if how == "ack":
+        queue.ack(pk, lease_id=lease_id)
+    elif how == "nack":
+        queue.nack(pk, lease_id=lease_id, error="boom")
+    else:
+        assert how == "cancel", how
+        queue.cancel(pk)
+
+
 def assert_invariant() -> None:
     totals = queue.totals()
     assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"], totals
@@ -223,23 +234,31 @@ def http_broker() -> Iterator[FakeServer]:
     server.server_close()
 
 
+def factory(
+    build: Callable[..., Any], defaults: dict[str, Any], finish: Callable[[Any], Any]
+) -> Iterator[Callable[..., Any]]:
+    """A fixture's maker: build(*args, **defaults overridden by kwargs); finish(each) after."""
+    made: list[Any] = []
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        made.append(build(*args, **{**defaults, **kwargs}))
+        return made[-1]
+
+    yield make
+    for thing in made:
+        finish(thing)
+
+
+def _cancel_and_close(client: BrokerClient) -> None:
+    client.cancel_claims()
+    client.close()
+
+
 @pytest.fixture
 def make_client() -> Iterator[Callable[..., BrokerClient]]:
     """Build BrokerClients with fast backoff; all are closed at teardown."""
-    made: list[BrokerClient] = []
-
-    def make(url: str, **kwargs: Any) -> BrokerClient:
-        kwargs.setdefault("backoff_base_s", 0.01)
-        kwargs.setdefault("backoff_cap_s", 0.05)
-        kwargs.setdefault("give_up_s", 2.0)
-        client = BrokerClient(url, **kwargs)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.cancel_claims()
-        client.close()
+    fast = {"backoff_base_s": 0.01, "backoff_cap_s": 0.05, "give_up_s": 2.0}
+    yield from factory(BrokerClient, fast, _cancel_and_close)
 
 
 @pytest.fixture

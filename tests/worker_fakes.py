@@ -25,6 +25,15 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
     return True
 
 
+def stop_joined(runner: Any, thread: threading.Thread) -> float:
+    """Stop runner and join its thread (which must end within 5 s): the seconds that took."""
+    stopped_at = time.monotonic()
+    runner.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+    return time.monotonic() - stopped_at
+
+
 def delivery(task_id: str, payload: Any, *, type_: str | None = None) -> dict[str, Any]:
     """A claim answer as API.md shapes it."""
     return {
@@ -80,6 +89,13 @@ class FakeBroker:
             self.deliveries.append(item)
             self._cond.notify_all()
         return item
+
+    def add_typed(self, n: int, type_: str) -> list[str]:
+        """Queue n tasks t0..t{n-1} of one type, empty payloads: their ids."""
+        ids = [f"t{i}" for i in range(n)]
+        for task_id in ids:
+            self.add(task_id, {}, type_=type_)
+        return ids
 
     def claim(self, wait_ms: int, lease_ms: int, queues: Any = ()) -> Any:
         """Like GET /jobs/next: park up to wait_ms; None when idle or cancelled."""

@@ -16,6 +16,7 @@ from broker import queue, queues
 from broker.longpoll import claim_wait
 from broker.models import Task
 from broker.queue import NewTask
+from tests.conftest import settle
 from tests.procs import Proc, child_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -194,14 +195,10 @@ def test_max_in_flight__freed_slot__wakes_a_parked_claimer_at_once(free: str) ->
     parked = _parked(["one"])
     start = time.monotonic()
     pk = held.task.pk
-    if free == "ack":
-        queue.ack(pk, lease_id=held.lease_id)
-    elif free == "nack":
-        queue.nack(pk, lease_id=held.lease_id, error="x")
-    elif free == "cancel":
-        queue.cancel(pk)
-    else:
+    if free == "reclaim":
         assert queue.reclaim_expired() == 1
+    else:
+        settle(pk, held.lease_id, free)
     parked["thread"].join(5)
     assert len(parked["got"]) == 1
     assert parked["at"] - start < 0.5, parked["at"] - start

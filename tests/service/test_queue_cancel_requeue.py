@@ -11,6 +11,7 @@ from broker import queue
 from broker.exceptions import InvalidTransition, TaskNotFound
 from broker.models import Task, TaskError
 from broker.states import State
+from tests.conftest import settle
 
 pytestmark = pytest.mark.django_db
 
@@ -30,12 +31,8 @@ def task_in(enqueue_task, claim_one) -> Callable[[str], int]:
         if state in ("ready", "delayed"):
             return pk
         d = claim_one(queues=[own_queue])
-        if state == "done":
-            queue.ack(pk, lease_id=d.lease_id)
-        elif state == "dead":
-            queue.nack(pk, lease_id=d.lease_id, error="fatal")
-        elif state == "cancelled":
-            queue.cancel(pk)
+        if state != "handed_out":
+            settle(pk, d.lease_id, {"done": "ack", "dead": "nack", "cancelled": "cancel"}[state])
         assert Task.objects.get(pk=pk).state == state
         return pk
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker_fakes import FakeBroker, Job, register, wait_until
+from tests.worker_fakes import FakeBroker, Job, register, stop_joined, wait_until
 from workers.client import BrokerError
 from workers.runner import Runner
 
@@ -64,8 +64,7 @@ def test_prefetch__limit__never_more_than_concurrency_times_prefetch_in_hand(
     fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register(monkeypatch, "pause", Job(seconds=0.002))
-    for n in range(120):
-        fake_broker.add(f"t{n}", {}, type_="pause")
+    fake_broker.add_typed(120, "pause")
 
     prefetching(concurrency=2, prefetch=3)
 
@@ -190,8 +189,7 @@ def test_prefetch__long_tasks__few_wait_their_turn(
     fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register(monkeypatch, "long", Job(seconds=0.1))
-    for n in range(12):
-        fake_broker.add(f"t{n}", {}, type_="long")
+    fake_broker.add_typed(12, "long")
 
     # 2 threads x 16 could hold all 12; 0.05 s ahead of 0.1 s tasks allows one waiting.
     prefetching(concurrency=2, prefetch=16, prefetch_ahead_s=0.05)
@@ -224,12 +222,7 @@ def test_prefetch__stop_while_parked__run_returns_promptly(
     thread.start()
     assert wait_until(lambda: fake_broker.parked == 1)
 
-    stopped_at = time.monotonic()
-    runner.stop()
-    thread.join(5)
-
-    assert not thread.is_alive()
-    assert time.monotonic() - stopped_at < runner.claim_grace_s + 1.0
+    assert stop_joined(runner, thread) < runner.claim_grace_s + 1.0
 
 
 def test_prefetch__ack_refused_for_its_result__nacked_instead(
