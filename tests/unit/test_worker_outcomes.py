@@ -74,16 +74,28 @@ def make_runner(client: BrokerClient, mode: str, tmp_path: Path, **kwargs: Any) 
     return runner
 
 
+@pytest.fixture
+def api_4k(http_broker: FakeServer) -> ApiFake:
+    """The fake API over http_broker with a 4096-byte body limit."""
+    http_broker.max_body = 4096
+    return ApiFake(http_broker)
+
+
+@pytest.fixture
+def runner_for(
+    http_broker: FakeServer, make_client: MakeClient, tmp_path: Path
+) -> Callable[..., Runner]:
+    """runner_for(mode, **kwargs) → a Runner in that mode on a real client to http_broker."""
+    return lambda mode, **kwargs: make_runner(
+        make_client(http_broker.url), mode, tmp_path, **kwargs
+    )
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_runner__results_no_ack_can_carry__nacked_with_why(
-    http_broker: FakeServer,
-    make_client: MakeClient,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    mode: str,
+    api_4k: ApiFake, runner_for: Callable[..., Runner], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    http_broker.max_body = 4096
-    api = ApiFake(http_broker)
+    api = api_4k
     for name, value in [
         ("nan", math.nan),
         ("inf", {"x": -math.inf}),
@@ -94,8 +106,7 @@ def test_runner__results_no_ack_can_carry__nacked_with_why(
         monkeypatch.setitem(jobtypes.REGISTRY, name, Returns(value))
         api.add(name, {}, type_=name)
 
-    runner = make_runner(make_client(http_broker.url), mode, tmp_path, max_body_bytes=4096)
-    run_all(runner, mode, api, 5)
+    run_all(runner_for(mode, max_body_bytes=4096), mode, api, 5)
 
     assert api.acked == {"fine": {"n": 1}}
     errors = {task_id: error for task_id, (error,) in api.nacked.items()}
@@ -111,20 +122,15 @@ def test_runner__results_no_ack_can_carry__nacked_with_why(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_runner__broker_limit_lower_than_assumed__413_then_nacked(
-    http_broker: FakeServer,
-    make_client: MakeClient,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    mode: str,
+    api_4k: ApiFake, runner_for: Callable[..., Runner], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    http_broker.max_body = 4096  # the worker assumes the default, 256 KiB
-    api = ApiFake(http_broker)
+    api = api_4k  # the worker assumes the default limit, 256 KiB
     monkeypatch.setitem(jobtypes.REGISTRY, "big", Returns("x" * 5000))
     api.add("t1", {"line": "hello 1"})
     api.add("t2", {}, type_="big")
     api.add("t3", {"line": "hello 3"})
 
-    run_all(make_runner(make_client(http_broker.url), mode, tmp_path), mode, api, 3)
+    run_all(runner_for(mode), mode, api, 3)
 
     assert api.acked == {"t1": None, "t3": None}
     assert api.nacked == {
