@@ -7,7 +7,7 @@ import json
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -64,23 +64,6 @@ def _gauges_zero(stats: dict) -> bool:
     return all(stats[k] == 0 for k in ("ready", "handed_out", "delayed", "dead"))
 
 
-def test_happy_path__100_tasks_3_threads__100_whole_lines(
-    db_url: str, tmp_path: Path, log_file: Path
-) -> None:
-    with (
-        broker(db_url, tmp_path) as base,
-        running(_worker(base, db_url, tmp_path, log_file, "worker", "--concurrency", "3")),
-    ):
-        out = _produce(base, db_url, tmp_path, "-n", "100")
-        assert "sent 100" in out
-        wait_until(lambda: _stats(base)["totals"]["acked"] == 100, 30, what="100 acks")
-        lines = _lines(log_file)
-        assert len(lines) == 100
-        assert len({line["id"] for line in lines}) == 100
-        assert all(set(line) == {"id", "payload"} for line in lines)
-        assert _gauges_zero(_stats(base))
-
-
 def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
     db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
@@ -123,23 +106,41 @@ def test_delayed__10_tasks_5s__stay_delayed_then_drain(
         assert len(_lines(log_file)) == 10
 
 
-def test_contention__2000_tasks_50_producers_3_workers__none_twice(
-    db_url: str, tmp_path: Path, log_file: Path
+@pytest.mark.parametrize(
+    ("n", "producers", "workers", "timeout"),
+    [
+        pytest.param(100, "1", {"worker": "3"}, 30, id="happy_path__100_tasks_3_threads"),
+        pytest.param(
+            2000, "50", {"w1": "1", "w2": "1", "w3": "1"}, 120,
+            id="contention__2000_tasks_50_producers_3_workers",
+        ),
+    ],
+)  # fmt: skip
+def test_produce_and_work__every_task_one_whole_line__none_twice(
+    db_url: str,
+    tmp_path: Path,
+    log_file: Path,
+    n: int,
+    producers: str,
+    workers: dict[str, str],
+    timeout: float,
 ) -> None:
-    with (
-        broker(db_url, tmp_path) as base,
-        running(_worker(base, db_url, tmp_path, log_file, "w1", "--concurrency", "1")),
-        running(_worker(base, db_url, tmp_path, log_file, "w2", "--concurrency", "1")),
-        running(_worker(base, db_url, tmp_path, log_file, "w3", "--concurrency", "1")),
-    ):
-        out = _produce(base, db_url, tmp_path, "-n", "2000", "--concurrency", "50", timeout=120)
-        assert "sent 2000" in out and "rejected 0" in out
-        wait_until(lambda: _stats(base)["totals"]["acked"] == 2000, 120, 0.5, "2000 acks")
+    with broker(db_url, tmp_path) as base, ExitStack() as stack:
+        for name, threads in workers.items():
+            stack.enter_context(
+                running(_worker(base, db_url, tmp_path, log_file, name, "--concurrency", threads))
+            )
+        out = _produce(
+            base, db_url, tmp_path, "-n", str(n), "--concurrency", producers, timeout=timeout
+        )
+        assert f"sent {n}" in out and "rejected 0" in out
+        wait_until(lambda: _stats(base)["totals"]["acked"] == n, timeout, 0.5, f"{n} acks")
         lines = _lines(log_file)
-        assert len(lines) == 2000
-        assert len({line["id"] for line in lines}) == 2000
+        assert len(lines) == n
+        assert len({line["id"] for line in lines}) == n
+        assert all(set(line) == {"id", "payload"} for line in lines)
         stats = _stats(base)
-        assert stats["totals"]["delivered"] == 2000
+        assert stats["totals"]["delivered"] == n
         assert _gauges_zero(stats)
 
 
