@@ -133,12 +133,21 @@ def test_prefetch__one_idle_worker__one_parked_claim(
     assert (acks, nacks, asked, wait_ms) == ([], [], max_n, 20000)
 
 
+def slow_then_quick(
+    fake_broker: FakeBroker, monkeypatch: pytest.MonkeyPatch, seconds: float, quick: int
+) -> Job:
+    """t1 of a job type that takes `seconds`, then t2.. (`quick` of them) plain lines: t1's job."""
+    slow = register(monkeypatch, "slow", Job(seconds=seconds))
+    fake_broker.add("t1", {}, type_="slow")
+    for n in range(2, quick + 2):
+        fake_broker.add(f"t{n}", {"line": f"hello {n}"})
+    return slow
+
+
 def test_prefetch__quick_task_beside_slow_one__its_ack_goes_within_the_linger(
     fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow = register(monkeypatch, "slow", Job(seconds=1.0))
-    fake_broker.add("t1", {}, type_="slow")
-    fake_broker.add("t2", {"line": "hello 2"})
+    slow = slow_then_quick(fake_broker, monkeypatch, 1.0, 1)
 
     prefetching(concurrency=2, prefetch=2)
 
@@ -150,10 +159,7 @@ def test_prefetch__quick_task_beside_slow_one__its_ack_goes_within_the_linger(
 def test_prefetch__tasks_waiting_their_turn__leases_extended(
     fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow = register(monkeypatch, "slow", Job(seconds=0.4))
-    fake_broker.add("t1", {}, type_="slow")
-    fake_broker.add("t2", {"line": "hello 2"})
-    fake_broker.add("t3", {"line": "hello 3"})
+    slow = slow_then_quick(fake_broker, monkeypatch, 0.4, 2)
 
     prefetching(concurrency=1, prefetch=3, heartbeat_s=0.05)
 
@@ -166,10 +172,7 @@ def test_prefetch__tasks_waiting_their_turn__leases_extended(
 def test_prefetch__stop_with_tasks_prefetched__runs_and_acks_them_then_ends(
     fake_broker: FakeBroker, prefetching: MakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow = register(monkeypatch, "slow", Job(seconds=0.3))
-    fake_broker.add("t1", {}, type_="slow")
-    for n in range(2, 9):
-        fake_broker.add(f"t{n}", {"line": f"hello {n}"})
+    slow = slow_then_quick(fake_broker, monkeypatch, 0.3, 7)
     runner = prefetching(concurrency=1, prefetch=4)
     assert slow.started.wait(2)
     claims_before = fake_broker.claims
