@@ -64,9 +64,8 @@ def _acked_ids(worker: Proc) -> list[str]:
 
 
 def test_three_nodes__workers_on_each__every_task_handed_out_once_and_all_nodes_agree(
-    nodes: list[str], db_url: str, tmp_path: Path
+    nodes: list[str], db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
     with ExitStack() as stack:
         workers = [
             stack.enter_context(
@@ -77,7 +76,7 @@ def test_three_nodes__workers_on_each__every_task_handed_out_once_and_all_nodes_
                             "--broker",
                             base,
                             "--log-file",
-                            str(log),
+                            str(log_file),
                             "--concurrency",
                             "2",
                             "--wait-ms",
@@ -92,6 +91,10 @@ def test_three_nodes__workers_on_each__every_task_handed_out_once_and_all_nodes_
             )
             for n, base in enumerate(nodes)
         ]
+        # Each worker up before the tasks come: one that booted first could drain them alone.
+        wait_until(
+            lambda: all("worker on " in w.output() for w in workers), 30, 0.1, "every worker up"
+        )
         ids = _post_round_robin(nodes, TASKS)
         wait_until(
             lambda: http("GET", f"{nodes[0]}/stats")[1]["totals"]["acked"] == TASKS,
@@ -103,7 +106,7 @@ def test_three_nodes__workers_on_each__every_task_handed_out_once_and_all_nodes_
         per_worker = [_acked_ids(w) for w in workers]
 
     assert len(set(ids)) == TASKS
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
     assert len(lines) == TASKS
     assert Counter(line["id"] for line in lines) == Counter(ids)  # each exactly once
     assert sorted(i for acked in per_worker for i in acked) == sorted(ids)
