@@ -22,6 +22,21 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
+def python(
+    code: str, env: dict[str, str] | None = None, *, timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`python -c code` in a fresh interpreter at the project root, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -175,6 +190,23 @@ def gunicorn(
         yield base
     finally:
         proc.stop()
+
+
+@contextmanager
+def two_brokers(db_url: str, tmp: Path) -> Iterator[tuple[str, str]]:
+    """Two one-worker brokers "a" and "b" on the same database: their base URLs."""
+    with (
+        gunicorn(db_url, tmp, "a", WORKERS="1") as a,
+        gunicorn(db_url, tmp, "b", WORKERS="1") as b,
+    ):
+        yield a, b
+
+
+def enqueue_batch(base: str, jobs: list[dict[str, Any]]) -> list[str]:
+    """POST /jobs/batch to the broker at base (201 asserted): the new ids."""
+    status, body = http("POST", f"{base}/jobs/batch", {"jobs": jobs})
+    assert status == 201, body
+    return body["ids"]
 
 
 def _healthy(base: str, proc: Proc) -> bool:

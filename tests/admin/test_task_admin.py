@@ -135,28 +135,37 @@ def test_task_list__search__id_key_payload_and_error(
     assert not set(others) & set(_listed_ids(html))
 
 
-def test_task_list__search_queue_name__its_tasks_exactly(
-    admin_client: Client, enqueue_task: Callable[..., int]
+@pytest.mark.parametrize(
+    ("term", "found", "not_found"),
+    [
+        pytest.param(
+            "billing",
+            [{"queue": "billing"}, {"queue": "billing", "type": "send_email"}],
+            [{"queue": "billing-eu"}, {"queue": "mail"}],  # a longer name is another queue
+            id="queue_name__its_tasks_exactly",
+        ),
+        pytest.param(
+            "send_email",
+            [{"type": "send_email"}, {"queue": "mail", "type": "send_email"}],
+            [{"queue": "mail", "type": "send_sms"}, {"queue": "mail"}],
+            id="job_type_name__its_tasks_in_every_queue",
+        ),
+    ],
+)
+def test_task_list__search_a_name__exactly_its_tasks(
+    admin_client: Client,
+    enqueue_task: Callable[..., int],
+    term: str,
+    found: list[dict[str, str]],
+    not_found: list[dict[str, str]],
 ) -> None:
-    billing = [enqueue_task(queue="billing"), enqueue_task(queue="billing", type="send_email")]
-    enqueue_task(queue="billing-eu")  # a longer name is another queue
-    enqueue_task(queue="mail")
+    expected = [enqueue_task(**fields) for fields in found]
+    for fields in not_found:
+        enqueue_task(**fields)
 
-    html = admin_client.get(TASKS, {"q": "billing"}).content.decode()
+    html = admin_client.get(TASKS, {"q": term}).content.decode()
 
-    assert sorted(_listed_ids(html)) == sorted(billing)
-
-
-def test_task_list__search_job_type_name__its_tasks_in_every_queue(
-    admin_client: Client, enqueue_task: Callable[..., int]
-) -> None:
-    emails = [enqueue_task(type="send_email"), enqueue_task(queue="mail", type="send_email")]
-    enqueue_task(queue="mail", type="send_sms")
-    enqueue_task(queue="mail")
-
-    html = admin_client.get(TASKS, {"q": "send_email"}).content.decode()
-
-    assert sorted(_listed_ids(html)) == sorted(emails)
+    assert sorted(_listed_ids(html)) == sorted(expected)
 
 
 def test_task_list__search_bare_number__the_task_with_that_id_and_text_matches(

@@ -9,7 +9,8 @@ import pytest
 from django.test import override_settings
 
 from broker import queue
-from tests.api.conftest import assert_ahead, parse_time, post
+from tests.api.conftest import assert_ahead, parse_time
+from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 

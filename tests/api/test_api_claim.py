@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from broker.api import views
-from tests.api.conftest import assert_ahead, parse_time
+from tests.api.conftest import DELIVERED_KEYS, assert_ahead, parse_time
 
 pytestmark = pytest.mark.django_db
 
@@ -23,17 +23,7 @@ def test_claim__ready_task__200_exact_shape(api_client, enqueue) -> None:
     body = r.json()
     assert list(body) == ["task", "lease_id", "deadline"]
     task = body["task"]
-    assert list(task) == [
-        "id",
-        "payload",
-        "attempts",
-        "max_attempts",
-        "queue",
-        "priority",
-        "type",
-        "created_at",
-        "available_at",
-    ]
+    assert list(task) == DELIVERED_KEYS
     assert {k: task[k] for k in list(task)[:7]} == {
         "id": task_id,
         "payload": {"line": "hello"},

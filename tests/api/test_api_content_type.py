@@ -101,42 +101,41 @@ def test_claim__empty_form_post__415_no_task_handed_out(
     assert Task.objects.get(pk=waiting).state == "ready"
 
 
-@pytest.mark.parametrize(
-    ("action", "body"),
-    [("ack", {"result": 1}), ("nack", {"error": "x"}), ("extend", {"lease_ms": 1000})],
-)
-@pytest.mark.parametrize("content_type", [FORM, "text/plain"])
+def _held(task_id: str, lease_id: str) -> dict:
+    return {"id": task_id, "lease_id": lease_id}
+
+
+SETTLES = [
+    *[
+        pytest.param(f"/jobs/{{id}}/{action}?lease_id={{lease}}", lambda i, le, b=body: b, ct,
+                     id=f"{action}-{ct}")
+        for action, body in [("ack", {"result": 1}), ("nack", {"error": "x"}),
+                             ("extend", {"lease_ms": 1000})]
+        for ct in (FORM, "text/plain")
+    ],
+    pytest.param("/jobs/ack", lambda i, le: {"acks": [_held(i, le)]}, FORM, id="batch-ack"),
+    pytest.param("/jobs/nack", lambda i, le: {"nacks": [_held(i, le)]}, FORM, id="batch-nack"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "body", "content_type"), SETTLES)
 def test_settle__non_json_type__415_task_still_held(
     api_client: APIClient,
     enqueue: Callable[..., str],
     claim: Callable[..., dict],
     task: Callable[[str], dict],
-    action: str,
-    body: dict,
+    url: str,
+    body: Callable[[str, str], dict],
     content_type: str,
 ) -> None:
     task_id = enqueue()
     held = claim()
-    url = f"/jobs/{task_id}/{action}?lease_id={held['lease_id']}"
-    _assert_415(_raw_post(api_client, url, json.dumps(body).encode(), content_type))
+    raw = json.dumps(body(task_id, held["lease_id"])).encode()
+    _assert_415(
+        _raw_post(api_client, url.format(id=task_id, lease=held["lease_id"]), raw, content_type)
+    )
     shown = task(task_id)
     assert (shown["state"], shown["lease_deadline"]) == ("handed_out", held["deadline"])
-
-
-@pytest.mark.parametrize(("path", "key"), [("/jobs/ack", "acks"), ("/jobs/nack", "nacks")])
-def test_settle_batch__form_type__415_task_still_held(
-    api_client: APIClient,
-    enqueue: Callable[..., str],
-    claim: Callable[..., dict],
-    task: Callable[[str], dict],
-    path: str,
-    key: str,
-) -> None:
-    task_id = enqueue()
-    held = claim()
-    body = {key: [{"id": task_id, "lease_id": held["lease_id"]}]}
-    _assert_415(_raw_post(api_client, path, json.dumps(body).encode(), FORM))
-    assert task(task_id)["state"] == "handed_out"
 
 
 def test_ack__no_body_no_type__204(

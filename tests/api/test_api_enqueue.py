@@ -10,7 +10,8 @@ from rest_framework.test import APIClient
 
 from broker import queue
 from broker.models import Task
-from tests.api.conftest import parse_time, post
+from tests.api.conftest import parse_time
+from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import pytest
 from django.test import override_settings
 
 from broker.models import Task
-from tests.api.conftest import post
+from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 

@@ -7,21 +7,9 @@ from django.db import DatabaseError
 from django.test import override_settings
 
 from broker.api import views
-from tests.api.conftest import post
+from tests.conftest import COUNTER_NAMES, post
 
 pytestmark = pytest.mark.django_db
-
-TOTALS_KEYS = [
-    "enqueued",
-    "delivered",
-    "acked",
-    "nacked",
-    "reclaimed",
-    "retried",
-    "buried",
-    "requeued",
-    "cancelled",
-]
 
 
 def test_stats__fresh__exact_shape_all_zero(api_client) -> None:
@@ -34,7 +22,7 @@ def test_stats__fresh__exact_shape_all_zero(api_client) -> None:
         "delayed": 0,
         "dead": 0,
     }
-    assert list(body["totals"]) == TOTALS_KEYS
+    assert list(body["totals"]) == list(COUNTER_NAMES)
     assert set(body["totals"].values()) == {0}
     assert set(body) <= {"ready", "handed_out", "delayed", "dead", "totals", "queues"}
 

@@ -7,26 +7,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from broker import queue
-from tests.api.conftest import parse_time, post
+from tests.api.conftest import DELIVERED_KEYS, parse_time
+from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 
-LISTED_KEYS = {
-    "id",
-    "payload",
-    "attempts",
-    "max_attempts",
-    "queue",
-    "priority",
-    "type",
-    "created_at",
-    "available_at",
-    "state",
-    "errors",
-    "last_error",
-    "result",
-    "updated_at",
-}
+LISTED_KEYS = {*DELIVERED_KEYS, "state", "errors", "last_error", "result", "updated_at"}
 
 
 def ids_of(body: dict) -> list[str]:

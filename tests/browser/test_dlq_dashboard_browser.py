@@ -9,21 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.procs import ROOT, gunicorn, http, wait_until
+from tests.browser.conftest import ARTIFACTS, PASSWORD, USER, admin_page
+from tests.procs import http, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = ROOT / "test-artifacts"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-USER, PASSWORD = "ops", "browser-test-password"
 NOTHING_YET = "\u2013"  # the en dash the dashboard shows before it has a number
 
 # (queue, error or None for a lease expiry, payloads): what a morning's dead letters look like.
@@ -131,95 +121,62 @@ def _traffic(base: str, seconds: float) -> None:
 def test_browser__requeue_from_dlq__claimed_again__dashboard_follows_stats(
     db_url: str, tmp_path: Path
 ) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(
-            "no Chromium at /usr/bin/chromium: `make deps` installs Debian's chromium package "
-            "(apt-get as root)"
-        )
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     target = _seed()  # the ORM first: Playwright's event loop forbids it later
-    ARTIFACTS.mkdir(exist_ok=True)
-    errors: list[str] = []
+    with admin_page(db_url, tmp_path, "/admin/broker/deadtask/", 900) as (page, base):
+        rows = page.locator("#result_list tbody tr")
+        expect(rows).to_have_count(11)
+        expect(rows.first).to_contain_text(f"#{target}")  # newest death first
+        expect(rows.first).to_contain_text("SMTPServerDisconnected")
+        page.screenshot(path=str(ARTIFACTS / "dlq.png"), full_page=True)
 
-    with gunicorn(db_url, tmp_path, "web", WORKERS="1") as base, sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=LAUNCH_ARGS, timeout=30_000
+        # Its page: payload pretty-printed, then Requeue.
+        page.click(f"#result_list a[href$='/deadtask/{target}/change/']")
+        expect(page.locator(".field-payload_pretty pre")).to_contain_text('"password-reset"')
+        expect(page.locator(".field-error_history_pretty")).to_contain_text(
+            "Connection unexpectedly closed"
         )
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.set_default_timeout(10_000)
-            page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-            page.on(
-                "response",
-                lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None,
-            )
+        page.screenshot(path=str(ARTIFACTS / "dlq-task.png"), full_page=True)
+        page.click("#requeue-form button")
+        page.wait_for_url("**/admin/broker/deadtask/")
+        expect(page.locator(".messagelist")).to_contain_text(f"#{target} requeued")
+        expect(rows).to_have_count(10)
+        expect(page.locator("#result_list")).not_to_contain_text(f"#{target}")
 
-            # Log in, straight to the dead-letter queue.
-            page.goto(f"{base}/admin/login/?next=/admin/broker/deadtask/")
-            page.fill("#id_username", USER)
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_url("**/admin/broker/deadtask/")
-            page.click("#toggle-nav-sidebar")  # more room for the list; remembered per browser
-            rows = page.locator("#result_list tbody tr")
-            expect(rows).to_have_count(11)
-            expect(rows.first).to_contain_text(f"#{target}")  # newest death first
-            expect(rows.first).to_contain_text("SMTPServerDisconnected")
-            page.screenshot(path=str(ARTIFACTS / "dlq.png"), full_page=True)
+        # Claimed again, as a worker would: a fresh delivery, attempts counted from zero.
+        status, got = http("GET", f"{base}/jobs/next?wait_ms=0")
+        assert status == 200, got
+        assert got["task"]["id"] == str(target)
+        assert got["task"]["attempts"] == 1
+        assert got["task"]["payload"] == TARGET_PAYLOAD
+        assert http("POST", f"{base}/jobs/{target}/ack?lease_id={got['lease_id']}")[0] == 204
 
-            # Its page: payload pretty-printed, then Requeue.
-            page.click(f"#result_list a[href$='/deadtask/{target}/change/']")
-            expect(page.locator(".field-payload_pretty pre")).to_contain_text('"password-reset"')
-            expect(page.locator(".field-error_history_pretty")).to_contain_text(
-                "Connection unexpectedly closed"
-            )
-            page.screenshot(path=str(ARTIFACTS / "dlq-task.png"), full_page=True)
-            page.click("#requeue-form button")
-            page.wait_for_url("**/admin/broker/deadtask/")
-            expect(page.locator(".messagelist")).to_contain_text(f"#{target} requeued")
-            expect(rows).to_have_count(10)
-            expect(page.locator("#result_list")).not_to_contain_text(f"#{target}")
+        # The dashboard shows what /stats says, and keeps up as work flows.
+        page.goto(f"{base}/dashboard/")
+        before = _dashboard_follows_stats(page, base, "the dashboard to show /stats")
+        assert before["total:requeued"] == 1
+        assert before["gauge:dead"] == 10
+        _traffic(base, 8)
+        after = _dashboard_follows_stats(page, base, "the dashboard to catch up with /stats")
+        assert after["total:enqueued"] > before["total:enqueued"]
+        assert after["total:acked"] > before["total:acked"]
+        expect(page.locator("#invariant")).to_have_text("Invariant holds")
+        expect(page.locator("#updated")).not_to_have_class("dash-updated stale")
+        top = page.locator("#top-errors li a").first
+        expect(top).to_contain_text("TimeoutError: payment gateway")
+        assert top.get_attribute("href").startswith("/admin/broker/deadtask/?last_error__exact=")
 
-            # Claimed again, as a worker would: a fresh delivery, attempts counted from zero.
-            status, got = http("GET", f"{base}/jobs/next?wait_ms=0")
-            assert status == 200, got
-            assert got["task"]["id"] == str(target)
-            assert got["task"]["attempts"] == 1
-            assert got["task"]["payload"] == TARGET_PAYLOAD
-            assert http("POST", f"{base}/jobs/{target}/ack?lease_id={got['lease_id']}")[0] == 204
+        # The legend shows the latest interval's rate: while work flows, it is above zero.
+        def enqueue_rate_shown() -> bool:
+            _traffic(base, 1)
+            rates = page.locator("[data-rate='enqueued']").inner_text()
+            return rates != NOTHING_YET and float(rates) > 0
 
-            # The dashboard shows what /stats says, and keeps up as work flows.
-            page.goto(f"{base}/dashboard/")
-            before = _dashboard_follows_stats(page, base, "the dashboard to show /stats")
-            assert before["total:requeued"] == 1
-            assert before["gauge:dead"] == 10
-            _traffic(base, 8)
-            after = _dashboard_follows_stats(page, base, "the dashboard to catch up with /stats")
-            assert after["total:enqueued"] > before["total:enqueued"]
-            assert after["total:acked"] > before["total:acked"]
-            expect(page.locator("#invariant")).to_have_text("Invariant holds")
-            expect(page.locator("#updated")).not_to_have_class("dash-updated stale")
-            top = page.locator("#top-errors li a").first
-            expect(top).to_contain_text("TimeoutError: payment gateway")
-            assert top.get_attribute("href").startswith(
-                "/admin/broker/deadtask/?last_error__exact="
-            )
+        wait_until(enqueue_rate_shown, 20, 0, "a non-zero enqueue rate on the plot")
+        page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
-            # The legend shows the latest interval's rate: while work flows, it is above zero.
-            def enqueue_rate_shown() -> bool:
-                _traffic(base, 1)
-                rates = page.locator("[data-rate='enqueued']").inner_text()
-                return rates != NOTHING_YET and float(rates) > 0
-
-            wait_until(enqueue_rate_shown, 20, 0, "a non-zero enqueue rate on the plot")
-            page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
-
-            # The top error's link opens the DLQ filtered on it.
-            top.click()
-            expect(rows).to_have_count(4)
-            expect(page.locator("#result_list")).to_contain_text("payment gateway")
-        finally:
-            browser.close()
-
-    assert errors == []
+        # The top error's link opens the DLQ filtered on it.
+        top.click()
+        expect(rows).to_have_count(4)
+        expect(page.locator("#result_list")).to_contain_text("payment gateway")

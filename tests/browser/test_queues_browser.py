@@ -7,14 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.test_dlq_dashboard_browser import (
-    ARTIFACTS,
-    CHROMIUM,
-    LAUNCH_ARGS,
-    PASSWORD,
-    USER,
-)
-from tests.procs import gunicorn, http
+from tests.browser.conftest import ARTIFACTS, PASSWORD, USER, admin_page
+from tests.procs import http
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
 
@@ -41,57 +35,31 @@ def _seed() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_browser__pause_a_queue_in_admin__dashboard_shows_it(db_url: str, tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip("no Chromium at /usr/bin/chromium (`apt-get install chromium`)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     _seed()  # the ORM first: Playwright's event loop forbids it later
-    ARTIFACTS.mkdir(exist_ok=True)
-    errors: list[str] = []
-    with gunicorn(db_url, tmp_path, "web", WORKERS="1") as base, sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=LAUNCH_ARGS, timeout=30_000
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 760})
-            page.set_default_timeout(10_000)
-            page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-            page.on(
-                "response",
-                lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None,
-            )
-            page.goto(f"{base}/admin/login/?next=/admin/broker/queue/")
-            page.fill("#id_username", USER)
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_url("**/admin/broker/queue/")
-            page.click("#toggle-nav-sidebar")
-            rows = page.locator("#result_list tbody tr")
-            expect(rows).to_have_count(5)  # billing, mail, maintenance, reports, thumbnails
+    with admin_page(db_url, tmp_path, "/admin/broker/queue/", 760) as (page, base):
+        rows = page.locator("#result_list tbody tr")
+        expect(rows).to_have_count(5)  # billing, mail, maintenance, reports, thumbnails
 
-            # Pause mail with the action: claims take nothing from it on any broker process.
-            page.check("#result_list tbody tr:has(a:text-is('mail')) input.action-select")
-            page.select_option("select[name=action]", "pause_selected")
-            page.click("button[name=index]")
-            expect(page.locator(".messagelist")).to_contain_text("1 queue paused.")
-            assert http("GET", f"{base}/jobs/next?queue=mail&wait_ms=0")[0] == 204
-            assert http("GET", f"{base}/queues/mail")[1]["paused"] is True
-            page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
+        # Pause mail with the action: claims take nothing from it on any broker process.
+        page.check("#result_list tbody tr:has(a:text-is('mail')) input.action-select")
+        page.select_option("select[name=action]", "pause_selected")
+        page.click("button[name=index]")
+        expect(page.locator(".messagelist")).to_contain_text("1 queue paused.")
+        assert http("GET", f"{base}/jobs/next?queue=mail&wait_ms=0")[0] == 204
+        assert http("GET", f"{base}/queues/mail")[1]["paused"] is True
+        page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
 
-            page.goto(f"{base}/admin/broker/schedule/")
-            expect(page.locator("#result_list")).to_contain_text("every 30 s")
-            page.screenshot(path=str(ARTIFACTS / "schedules.png"), full_page=True)
+        page.goto(f"{base}/admin/broker/schedule/")
+        expect(page.locator("#result_list")).to_contain_text("every 30 s")
+        page.screenshot(path=str(ARTIFACTS / "schedules.png"), full_page=True)
 
-            page.goto(f"{base}/dashboard/")
-            mail = page.locator("#queue-table tr[data-queue=mail]")
-            expect(mail.locator(".dash-tag-paused")).to_have_text("paused")
-            billing = page.locator("#queue-table tr[data-queue=billing]")
-            expect(billing).to_contain_text("\u2264 2 in flight")
-            expect(billing).to_contain_text("5/s")
-            expect(page.locator("#queue-table tr[data-queue=maintenance]")).to_contain_text(
-                "paused"
-            )
-            page.locator("#queue-table").screenshot(path=str(ARTIFACTS / "dashboard-queues.png"))
-        finally:
-            browser.close()
-    assert errors == []
+        page.goto(f"{base}/dashboard/")
+        mail = page.locator("#queue-table tr[data-queue=mail]")
+        expect(mail.locator(".dash-tag-paused")).to_have_text("paused")
+        billing = page.locator("#queue-table tr[data-queue=billing]")
+        expect(billing).to_contain_text("\u2264 2 in flight")
+        expect(billing).to_contain_text("5/s")
+        expect(page.locator("#queue-table tr[data-queue=maintenance]")).to_contain_text("paused")
+        page.locator("#queue-table").screenshot(path=str(ARTIFACTS / "dashboard-queues.png"))

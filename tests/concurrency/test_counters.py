@@ -5,32 +5,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 import broker
 from broker import queue
 from broker.queue import NewTask
+from tests.concurrency.conftest import in_thread
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _in_thread(target: Callable[[], None], errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            target()
-        except BaseException as exc:  # reported by the test, not lost in the thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def _balanced(stats: dict) -> bool:
@@ -57,7 +43,7 @@ def test_stats__under_load__every_answer_adds_up() -> None:
             if n % 5 == 0:
                 queue.cancel(queue.enqueue(NewTask(payload="2", queue=name))[0])
 
-    workers = [_in_thread(lambda q=f"q{i}": churn(q), errors) for i in range(3)]
+    workers = [in_thread(lambda q=f"q{i}": churn(q), errors) for i in range(3)]
     reads = []
     client = APIClient()
     try:
@@ -100,7 +86,7 @@ def test_transactional_enqueue__slow_caller__other_moves_never_wait() -> None:
             started.set()
             release.wait(10)
 
-    holder = _in_thread(slow_app_transaction, errors)
+    holder = in_thread(slow_app_transaction, errors)
     try:
         assert started.wait(10)
         slowest = 0.0
@@ -130,7 +116,7 @@ def test_transactional_enqueue__many_callers_crossing__no_deadlock() -> None:
                 for name in ("b", "c", "d"):
                     broker.enqueue("more", queue=name)
 
-        threads = [_in_thread(app_transaction, errors) for _ in range(8)]
+        threads = [in_thread(app_transaction, errors) for _ in range(8)]
         for thread in threads:
             thread.join(60)
     assert not errors, errors

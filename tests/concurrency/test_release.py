@@ -6,31 +6,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
-from django.db import connections
 
 from broker import queue
 from broker.models import Task
 from broker.queue import NewTask
+from tests.concurrency.conftest import in_thread
 from tests.conftest import assert_invariant
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _in_thread(target: Callable[[], None], errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            target()
-        except BaseException as exc:  # reported by the test, not lost in the thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def _sqs(n: int, name: str, max_attempts: int | None = None) -> list[int]:
@@ -64,8 +49,8 @@ def test_release_and_reclaim__racing_claimers__never_held_twice_counts_agree() -
         while not stop.is_set():
             queue.reclaim_expired()
 
-    threads = [_in_thread(receive_and_hand_back, errors) for _ in range(4)]
-    threads.append(_in_thread(sweep, errors))
+    threads = [in_thread(receive_and_hand_back, errors) for _ in range(4)]
+    threads.append(in_thread(sweep, errors))
     time.sleep(3)
     stop.set()
     for thread in threads:
@@ -90,7 +75,7 @@ def test_purge__while_receiving__every_live_task_cancelled_once() -> None:
             got = queue.claim(["purge"], 30_000, limit=10)
             queue.release_many([(d.task.pk, d.lease_id) for d in got[::2]])
 
-    receivers = [_in_thread(receive, errors) for _ in range(2)]
+    receivers = [in_thread(receive, errors) for _ in range(2)]
     time.sleep(0.2)
     moved = queue.cancel_queue("purge")
     stop.set()

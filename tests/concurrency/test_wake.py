@@ -16,6 +16,7 @@ from tests.procs import (
     running,
     self_signed_cert,
     tls_client_context,
+    two_brokers,
     wait_until,
 )
 
@@ -40,10 +41,7 @@ def _parked(node: str) -> None:
 def test_wake__enqueue_on_other_process__claim_answers_within_100ms_p99(
     db_url: str, tmp_path: Path
 ) -> None:
-    with (
-        gunicorn(db_url, tmp_path, "a", WORKERS="1") as a,
-        gunicorn(db_url, tmp_path, "b", WORKERS="1") as b,
-    ):
+    with two_brokers(db_url, tmp_path) as (a, b):
         latencies = []
         for i in range(40):
             out: dict = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import gunicorn, http, manage, running, wait_until
+from tests.procs import enqueue_batch, gunicorn, http, manage, running, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -30,9 +30,7 @@ def _worker(base: str, db_url: str, tmp: Path, name: str, *args: str):
 
 def _enqueue_sleeps(base: str, n: int, seconds: float) -> list[str]:
     jobs = [{"type": "sleep_job", "payload": {"duration_seconds": seconds}} for _ in range(n)]
-    status, answer = http("POST", f"{base}/jobs/batch", {"jobs": jobs})
-    assert status == 201, answer
-    return answer["ids"]
+    return enqueue_batch(base, jobs)
 
 
 def test_prefetch__produce_400__each_line_once_all_acked_exit_0(

@@ -10,25 +10,19 @@ from typing import Any
 
 import pytest
 
-from tests.procs import gunicorn, http, manage, running, wait_until
+from tests.procs import enqueue_batch, gunicorn, http, manage, running, two_brokers, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def _enqueue(base: str, queue_name: str, n: int) -> list[str]:
-    jobs = [{"payload": {"i": i}, "queue": queue_name} for i in range(n)]
-    status, body = http("POST", f"{base}/jobs/batch", {"jobs": jobs})
-    assert status == 201, body
-    return body["ids"]
+    return enqueue_batch(base, [{"payload": {"i": i}, "queue": queue_name} for i in range(n)])
 
 
 def test_pause_on_one_broker__obeyed_by_the_other_at_once__resume_wakes_its_parked_claim(
     db_url: str, tmp_path: Path
 ) -> None:
-    with (
-        gunicorn(db_url, tmp_path, "a", WORKERS="1") as a,
-        gunicorn(db_url, tmp_path, "b", WORKERS="1") as b,
-    ):
+    with two_brokers(db_url, tmp_path) as (a, b):
         _enqueue(a, "mail", 20)
         for _ in range(5):  # pause on a; the very next claim on b takes nothing
             assert http("PATCH", f"{a}/queues/mail", {"paused": True})[0] == 200
@@ -59,10 +53,7 @@ def test_pause_on_one_broker__obeyed_by_the_other_at_once__resume_wakes_its_park
 def test_claim_requests__seen_by_another_broker__waiting_says_queued_not_no_workers(
     db_url: str, tmp_path: Path
 ) -> None:
-    with (
-        gunicorn(db_url, tmp_path, "a", WORKERS="1") as a,
-        gunicorn(db_url, tmp_path, "b", WORKERS="1") as b,
-    ):
+    with two_brokers(db_url, tmp_path) as (a, b):
         (pk,) = _enqueue(a, "lonely", 1)
         assert http("GET", f"{a}/jobs/{pk}")[1]["waiting"]["reason"] == "no_workers"
         assert http("GET", f"{b}/jobs/next?queue=elsewhere&wait_ms=0")[0] == 204

@@ -6,6 +6,8 @@ import itertools
 import json
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -20,10 +22,10 @@ def _stats(base: str) -> dict:
     return http("GET", f"{base}/stats")[1]
 
 
-def _lines(log: Path) -> list[dict]:
-    if not log.exists():
+def _lines(log_file: Path) -> list[dict]:
+    if not log_file.exists():
         return []
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    return [json.loads(line) for line in log_file.read_text().splitlines()]
 
 
 def _produce(base: str, db_url: str, tmp: Path, *args: str, timeout: float = 60) -> str:
@@ -34,14 +36,24 @@ def _produce(base: str, db_url: str, tmp: Path, *args: str, timeout: float = 60)
     return out
 
 
-def _worker(base: str, db_url: str, tmp: Path, log: Path, name: str = "worker", *args: str):
+def _worker(base: str, db_url: str, tmp: Path, log_file: Path, name: str = "worker", *args: str):
     return manage(
-        ["runworker", "--broker", base, "--log-file", str(log), "--wait-ms", "2000", *args],
+        ["runworker", "--broker", base, "--log-file", str(log_file), "--wait-ms", "2000", *args],
         db_url,
         tmp,
         name,
         LOG_LEVEL="INFO",
     )
+
+
+@contextmanager
+def broker(db_url: str, tmp: Path, *sweeper_args: str) -> Iterator[str]:
+    """gunicorn and runsweeper (with sweeper_args) on the test database: the broker's base URL."""
+    with (
+        gunicorn(db_url, tmp) as base,
+        running(manage(["runsweeper", *sweeper_args], db_url, tmp, "sweeper")),
+    ):
+        yield base
 
 
 def _at(text: str) -> float:
@@ -52,31 +64,12 @@ def _gauges_zero(stats: dict) -> bool:
     return all(stats[k] == 0 for k in ("ready", "handed_out", "delayed", "dead"))
 
 
-def test_happy_path__100_tasks_3_threads__100_whole_lines(db_url: str, tmp_path: Path) -> None:
-    log = tmp_path / "jobs.log"
-    with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
-        running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")),
-    ):
-        out = _produce(base, db_url, tmp_path, "-n", "100")
-        assert "sent 100" in out
-        wait_until(lambda: _stats(base)["totals"]["acked"] == 100, 30, what="100 acks")
-        lines = _lines(log)
-        assert len(lines) == 100
-        assert len({line["id"] for line in lines}) == 100
-        assert all(set(line) == {"id", "payload"} for line in lines)
-        assert _gauges_zero(_stats(base))
-
-
 def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
     with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")),
-        running(_worker(base, db_url, tmp_path, log, "worker", "--concurrency", "3")),
+        broker(db_url, tmp_path, "--interval-ms", "50") as base,
+        running(_worker(base, db_url, tmp_path, log_file, "worker", "--concurrency", "3")),
     ):
         _produce(base, db_url, tmp_path, "-n", "5", "--fail", "--max-attempts", "3")
         wait_until(lambda: _stats(base)["dead"] == 5, 30, what="five dead tasks")
@@ -95,12 +88,12 @@ def test_retries_and_dlq__5_failing_tasks__3_attempts_with_backoff_then_dead(
         assert totals["nacked"] == 15 and totals["buried"] == 5 and totals["retried"] == 10
 
 
-def test_delayed__10_tasks_5s__stay_delayed_then_drain(db_url: str, tmp_path: Path) -> None:
-    log = tmp_path / "jobs.log"
+def test_delayed__10_tasks_5s__stay_delayed_then_drain(
+    db_url: str, tmp_path: Path, log_file: Path
+) -> None:
     with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
-        running(_worker(base, db_url, tmp_path, log)),
+        broker(db_url, tmp_path) as base,
+        running(_worker(base, db_url, tmp_path, log_file)),
     ):
         start = time.monotonic()
         _produce(base, db_url, tmp_path, "-n", "10", "--delay-ms", "5000")
@@ -110,41 +103,53 @@ def test_delayed__10_tasks_5s__stay_delayed_then_drain(db_url: str, tmp_path: Pa
         assert stats["delayed"] == 10 and stats["totals"]["acked"] == 0
         wait_until(lambda: _stats(base)["totals"]["acked"] == 10, 10, what="the drain")
         assert time.monotonic() - start >= 5.0
-        assert len(_lines(log)) == 10
+        assert len(_lines(log_file)) == 10
 
 
-def test_contention__2000_tasks_50_producers_3_workers__none_twice(
-    db_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("n", "producers", "workers", "timeout"),
+    [
+        pytest.param(100, "1", {"worker": "3"}, 30, id="happy_path__100_tasks_3_threads"),
+        pytest.param(
+            2000, "50", {"w1": "1", "w2": "1", "w3": "1"}, 120,
+            id="contention__2000_tasks_50_producers_3_workers",
+        ),
+    ],
+)  # fmt: skip
+def test_produce_and_work__every_task_one_whole_line__none_twice(
+    db_url: str,
+    tmp_path: Path,
+    log_file: Path,
+    n: int,
+    producers: str,
+    workers: dict[str, str],
+    timeout: float,
 ) -> None:
-    log = tmp_path / "jobs.log"
-    with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
-        running(_worker(base, db_url, tmp_path, log, "w1", "--concurrency", "1")),
-        running(_worker(base, db_url, tmp_path, log, "w2", "--concurrency", "1")),
-        running(_worker(base, db_url, tmp_path, log, "w3", "--concurrency", "1")),
-    ):
-        out = _produce(base, db_url, tmp_path, "-n", "2000", "--concurrency", "50", timeout=120)
-        assert "sent 2000" in out and "rejected 0" in out
-        wait_until(lambda: _stats(base)["totals"]["acked"] == 2000, 120, 0.5, "2000 acks")
-        lines = _lines(log)
-        assert len(lines) == 2000
-        assert len({line["id"] for line in lines}) == 2000
+    with broker(db_url, tmp_path) as base, ExitStack() as stack:
+        for name, threads in workers.items():
+            stack.enter_context(
+                running(_worker(base, db_url, tmp_path, log_file, name, "--concurrency", threads))
+            )
+        out = _produce(
+            base, db_url, tmp_path, "-n", str(n), "--concurrency", producers, timeout=timeout
+        )
+        assert f"sent {n}" in out and "rejected 0" in out
+        wait_until(lambda: _stats(base)["totals"]["acked"] == n, timeout, 0.5, f"{n} acks")
+        lines = _lines(log_file)
+        assert len(lines) == n
+        assert len({line["id"] for line in lines}) == n
+        assert all(set(line) == {"id", "payload"} for line in lines)
         stats = _stats(base)
-        assert stats["totals"]["delivered"] == 2000
+        assert stats["totals"]["delivered"] == n
         assert _gauges_zero(stats)
 
 
 def test_crash_recovery__kill_9_worker_holding_a_task__reclaimed_and_done(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
-    with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper", "--interval-ms", "100"], db_url, tmp_path, "sweeper")),
-    ):
+    with broker(db_url, tmp_path, "--interval-ms", "100") as base:
         doomed = _worker(
-            base, db_url, tmp_path, log, "doomed", "--concurrency", "1", "--lease-ms", "1500"
+            base, db_url, tmp_path, log_file, "doomed", "--concurrency", "1", "--lease-ms", "1500"
         )
         with running(doomed):
             time.sleep(3)  # booted and parked in GET /jobs/next
@@ -153,31 +158,27 @@ def test_crash_recovery__kill_9_worker_holding_a_task__reclaimed_and_done(
             tid = http("POST", f"{base}/jobs", {"payload": {"line": "survivor"}})[1]["id"]
             wait_until(lambda: _stats(base)["handed_out"] == 1, 5, what="the hand-out")
             doomed.kill_group(signal.SIGKILL)
-        with running(_worker(base, db_url, tmp_path, log, "rescuer")):
+        with running(_worker(base, db_url, tmp_path, log_file, "rescuer")):
             wait_until(lambda: _stats(base)["totals"]["acked"] == 1, 20, what="the rescue")
         task = http("GET", f"{base}/jobs/{tid}")[1]
         assert task["state"] == "done" and task["attempts"] == 2
         assert _stats(base)["totals"]["reclaimed"] == 1
-        assert [line["id"] for line in _lines(log)] == [tid]
+        assert [line["id"] for line in _lines(log_file)] == [tid]
 
 
 def test_graceful_stop__sigterm_under_load__exit_0_nothing_lost(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
-    log = tmp_path / "jobs.log"
-    with (
-        gunicorn(db_url, tmp_path) as base,
-        running(manage(["runsweeper"], db_url, tmp_path, "sweeper")),
-    ):
+    with broker(db_url, tmp_path) as base:
         _produce(base, db_url, tmp_path, "-n", "300", "--concurrency", "4")
-        worker = _worker(base, db_url, tmp_path, log, "stopping", "--concurrency", "3")
+        worker = _worker(base, db_url, tmp_path, log_file, "stopping", "--concurrency", "3")
         with running(worker):
             wait_until(lambda: _stats(base)["totals"]["acked"] >= 30, 30, what="some progress")
             worker.send(signal.SIGTERM)
             assert worker.wait(30) == 0, worker.output()
         assert _stats(base)["handed_out"] == 0  # nothing left held by the stopped worker
-        with running(_worker(base, db_url, tmp_path, log, "finisher", "--concurrency", "3")):
+        with running(_worker(base, db_url, tmp_path, log_file, "finisher", "--concurrency", "3")):
             wait_until(lambda: _stats(base)["totals"]["acked"] == 300, 60, what="the rest")
         stats = _stats(base)
         assert stats["totals"]["reclaimed"] == 0 and _gauges_zero(stats)
-        assert len({line["id"] for line in _lines(log)}) == 300
+        assert len({line["id"] for line in _lines(log_file)}) == 300

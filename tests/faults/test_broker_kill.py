@@ -18,16 +18,15 @@ log = logging.getLogger(__name__)
 
 
 def test_broker_kill_9__50_producers_3_workers__every_accepted_task_done_once(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
-    jobs = tmp_path / "jobs.log"
     broker = Broker(db_url, tmp_path)
     broker.start()
     with ExitStack() as stack:
         stack.callback(broker.stop)
         stack.enter_context(running(sweeper(db_url, tmp_path)))
         for proc in workers(
-            broker.base, db_url, tmp_path, jobs, 3, "--concurrency", "1", "--lease-ms", "5000"
+            broker.base, db_url, tmp_path, log_file, 3, "--concurrency", "1", "--lease-ms", "5000"
         ):
             stack.enter_context(running(proc))
         producers = Producers(
@@ -48,7 +47,7 @@ def test_broker_kill_9__50_producers_3_workers__every_accepted_task_done_once(
         assert set(producers.statuses) <= {200, 201}, producers.statuses
         wait_until(settled, 60, 0.25, "every task to settle")
 
-    tasks = audit(producers.accepted, jobs)
+    tasks = audit(producers.accepted, log_file)
     assert {state for state, _, _ in tasks.values()} == {State.DONE}, "none stuck, none dead"
     log.info(
         f"outages {outages} s; answers {dict(producers.statuses)}; "

@@ -137,9 +137,8 @@ def _answers(base: str, n: int) -> list[tuple[str, int, Any]]:
 
 
 def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
-    jobs = tmp_path / "jobs.log"
     # A request waits up to BROKER_DB_POOL_TIMEOUT for a connection before it answers 503; one
     # second, so that the outage outlasts it and its answers can be seen.
     busy = Broker(db_url, tmp_path, name="busy", BROKER_DB_POOL_TIMEOUT="1")
@@ -152,7 +151,7 @@ def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
         assert {s for _, s, _ in _answers(idle.base, 40)} == {200}  # connections pooled
         sweep = stack.enter_context(running(sweeper(db_url, tmp_path)))
         pool: list[Proc] = workers(
-            busy.base, db_url, tmp_path, jobs, 3, "--concurrency", "1", "--lease-ms", "5000"
+            busy.base, db_url, tmp_path, log_file, 3, "--concurrency", "1", "--lease-ms", "5000"
         )
         stack.callback(lambda: [proc.stop() for proc in pool])
         producers = Producers(
@@ -181,7 +180,7 @@ def test_postgres_restart_under_load__503_json_then_recovers__nothing_lost(
     assert failures, "the prober never saw the outage"
     # Workers backed off and retried, and resumed: nothing lost, nothing stuck.
     assert "answered 503" in worker_logs or "unreachable" in worker_logs
-    tasks = _with_fresh_connection(lambda: audit(producers.accepted, jobs))
+    tasks = _with_fresh_connection(lambda: audit(producers.accepted, log_file))
     assert {state for state, _, _ in tasks.values()} == {State.DONE}
     # Stale connections are dropped, not handed to requests: the first calls after the outage
     # to a broker that was idle through it all succeed.

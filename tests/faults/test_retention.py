@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -21,6 +19,7 @@ from broker.states import FINISHED_STATES, State
 from broker.sweeper import prune, sweep_once
 from queueproject import settings as project_settings
 from tests.conftest import assert_invariant
+from tests.procs import python
 
 OLD = timedelta(days=8)
 
@@ -142,14 +141,8 @@ def test_retention_setting__bad_value__improperly_configured(
 def test_retention_setting__unset__seven_days() -> None:
     env = {k: v for k, v in os.environ.items() if k != "BROKER_RETENTION"}
     code = "from django.conf import settings; print(settings.BROKER_RETENTION.total_seconds())"
-    out = subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {code}"],
-        env={**env, "DJANGO_SETTINGS_MODULE": "queueproject.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    settings_env = {**env, "DJANGO_SETTINGS_MODULE": "queueproject.settings"}
+    out = python(f"import django; django.setup(); {code}", settings_env).stdout
     assert out.strip() == "604800.0"
 
 

@@ -20,9 +20,8 @@ log = logging.getLogger(__name__)
 
 
 def test_worker_kill_9_every_2s_under_load__every_task_done_or_dead_within_attempts(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, log_file: Path
 ) -> None:
-    jobs = tmp_path / "jobs.log"
     rng = random.Random()
     seed = rng.randrange(10**6)
     rng.seed(seed)
@@ -33,7 +32,7 @@ def test_worker_kill_9_every_2s_under_load__every_task_done_or_dead_within_attem
     with ExitStack() as stack:
         stack.callback(broker.stop)
         stack.enter_context(running(sweeper(db_url, tmp_path)))
-        pool: list[Proc] = workers(broker.base, db_url, tmp_path, jobs, 3, *args)
+        pool: list[Proc] = workers(broker.base, db_url, tmp_path, log_file, 3, *args)
         stack.callback(lambda: [proc.stop() for proc in pool])
         producers = Producers(
             broker.base,
@@ -50,12 +49,12 @@ def test_worker_kill_9_every_2s_under_load__every_task_done_or_dead_within_attem
             victim.kill_group(signal.SIGKILL)
             victim.stop()
             killed += 1
-            pool += workers(broker.base, db_url, tmp_path, jobs, 1, *args, first=killed + 2)
+            pool += workers(broker.base, db_url, tmp_path, log_file, 1, *args, first=killed + 2)
         producers.join(60)
         assert len(producers.accepted) == producers.wanted
         wait_until(settled, 60, 0.25, "every task to settle")
 
-    tasks = audit(producers.accepted, jobs)
+    tasks = audit(producers.accepted, log_file)
     assert {state for state, _, _ in tasks.values()} <= {State.DONE, State.DEAD}
     failing = {int(producers.accepted[key]) for key in producers.failing}
     assert len(failing) == producers.wanted // 10

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -170,21 +171,27 @@ class TaskMachine(RuleBasedStateMachine):
         else:
             self._fail(t, reclaimed=False)
 
+    def _come_due(
+        self, data: st.DataObject, state: State, time_field: str, step: Callable[[], int]
+    ) -> int:
+        """Draw a task in `state`, move its `time_field` into the past, and see `step` (the
+        sweeper's) move exactly that one: its id."""
+        pk = data.draw(st.sampled_from(self._in(state)))
+        Task.objects.filter(pk=pk).update(**{time_field: timezone.now() - PAST})  # test-only
+        assert step() == 1
+        return pk
+
     @precondition(lambda self: self._in(State.HANDED_OUT))
     @rule(data=st.data())
     def expire(self, data: st.DataObject) -> None:
-        pk = data.draw(st.sampled_from(self._in(State.HANDED_OUT)))
-        Task.objects.filter(pk=pk).update(lease_deadline=timezone.now() - PAST)  # test-only
-        assert queue.reclaim_expired() == 1
+        pk = self._come_due(data, State.HANDED_OUT, "lease_deadline", queue.reclaim_expired)
         self._fail(self.tasks[pk], reclaimed=True)
         assert Task.objects.get(pk=pk).last_error == queue.LEASE_EXPIRED
 
     @precondition(lambda self: self._in(State.DELAYED))
     @rule(data=st.data())
     def promote(self, data: st.DataObject) -> None:
-        pk = data.draw(st.sampled_from(self._in(State.DELAYED)))
-        Task.objects.filter(pk=pk).update(available_at=timezone.now() - PAST)  # test-only
-        assert queue.promote_delayed() == 1
+        pk = self._come_due(data, State.DELAYED, "available_at", queue.promote_delayed)
         t = self.tasks[pk]
         t.state, t.available_at = State.READY, self._available_at(pk)
 

@@ -1,24 +1,14 @@
-"""Service-test helpers: counter deltas, one-task claims, and the invariant after every test."""
+"""Service-test helpers: counter deltas, one-task claims, a nack whose retry is due."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
-from types import SimpleNamespace
+from collections.abc import Callable
 
 import pytest
-from django.utils import timezone as real_timezone
 
 from broker import queue
 from broker.queue import Delivery
-from tests.conftest import assert_invariant
-
-
-@pytest.fixture(autouse=True)
-def _invariant_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    if request.node.get_closest_marker("django_db"):
-        assert_invariant()
+from tests.conftest import Clock
 
 
 @pytest.fixture
@@ -45,22 +35,13 @@ def claim_one() -> Callable[..., Delivery]:
     return claim
 
 
-class Clock:
-    """The state machine's clock, movable: the real time plus an offset tests can advance."""
-
-    def __init__(self) -> None:
-        self.offset = timedelta(0)
-
-    def now(self) -> datetime:
-        return real_timezone.now() + self.offset
-
-    def advance(self, ms: int) -> None:
-        self.offset += timedelta(milliseconds=ms)
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """Time travel for `broker.queue` only: leases expire and backoffs end without sleeping."""
-    c = Clock()
-    monkeypatch.setattr(queue.base, "timezone", SimpleNamespace(now=c.now))
-    return c
+def nack_retried(claim_one: Callable[..., Delivery], clock: Clock) -> Callable[[int, str], None]:
+    """nack_retried(pk, error): claim the next task (pk), nack it, let its backoff pass: ready."""
+
+    def fail_once(pk: int, error: str) -> None:
+        queue.nack(pk, lease_id=claim_one().lease_id, error=error)
+        clock.advance(60_000)
+        queue.promote_delayed()
+
+    return fail_once

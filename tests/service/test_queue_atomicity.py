@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection
+from django.db.models import Model
 
 from broker import queue
 from broker.models import QueueCounter, Task, TaskError
@@ -89,36 +90,31 @@ def _prepare(op: str) -> Callable[[], object]:
     raise AssertionError(op)
 
 
-@pytest.mark.parametrize(
-    "op",
-    [
-        "enqueue",
-        "enqueue_many",
-        "claim",
-        "ack",
-        "nack_retry",
-        "nack_bury",
-        "reclaim",
-        "cancel",
-        "requeue",
-    ],
-)
-def test_move__counter_write_fails__task_and_counters_unchanged(op: str, refuse_writes) -> None:
-    move = _prepare(op)
-    before = snapshot()
-    refuse_writes(QueueCounter)
-    with pytest.raises(DatabaseError):
-        move()
-    assert snapshot() == before
+COUNTED_MOVES = [
+    "enqueue",
+    "enqueue_many",
+    "claim",
+    "ack",
+    "nack_retry",
+    "nack_bury",
+    "reclaim",
+    "cancel",
+    "requeue",
+]
+FAILING_MOVES = ["nack_retry", "nack_bury", "reclaim"]
+WRITES = [
+    *[pytest.param(op, QueueCounter, id=f"{op}-counter_write") for op in COUNTED_MOVES],
+    *[pytest.param(op, TaskError, id=f"{op}-error_history_write") for op in FAILING_MOVES],
+]
 
 
-@pytest.mark.parametrize("op", ["nack_retry", "nack_bury", "reclaim"])
-def test_move__error_history_write_fails__task_and_counters_unchanged(
-    op: str, refuse_writes
+@pytest.mark.parametrize(("op", "refused"), WRITES)
+def test_move__a_write_fails__task_and_counters_unchanged(
+    op: str, refused: type[Model], refuse_writes
 ) -> None:
     move = _prepare(op)
     before = snapshot()
-    refuse_writes(TaskError)
+    refuse_writes(refused)
     with pytest.raises(DatabaseError):
         move()
     assert snapshot() == before

@@ -11,6 +11,7 @@ from broker import queue
 from broker.exceptions import InvalidTransition, TaskNotFound
 from broker.models import Task, TaskError
 from broker.states import State
+from tests.conftest import settle
 
 pytestmark = pytest.mark.django_db
 
@@ -30,12 +31,8 @@ def task_in(enqueue_task, claim_one) -> Callable[[str], int]:
         if state in ("ready", "delayed"):
             return pk
         d = claim_one(queues=[own_queue])
-        if state == "done":
-            queue.ack(pk, lease_id=d.lease_id)
-        elif state == "dead":
-            queue.nack(pk, lease_id=d.lease_id, error="fatal")
-        elif state == "cancelled":
-            queue.cancel(pk)
+        if state != "handed_out":
+            settle(pk, d.lease_id, {"done": "ack", "dead": "nack", "cancelled": "cancel"}[state])
         assert Task.objects.get(pk=pk).state == state
         return pk
 
@@ -55,12 +52,26 @@ def test_cancel__cancellable_state__cancelled_and_counted(task_in, moved, state:
     assert after == before
 
 
-@pytest.mark.parametrize("state", ["done", "dead", "cancelled"])
-def test_cancel__finished_or_dead__409_nothing_moves(task_in, moved, state: str) -> None:
+REFUSED = [
+    *[
+        pytest.param("cancel", InvalidTransition, s, id=f"cancel-{s}-409")
+        for s in ("done", "dead", "cancelled")
+    ],
+    *[
+        pytest.param("requeue", TaskNotFound, s, id=f"requeue-{s}-404")
+        for s in ("ready", "delayed", "handed_out", "done", "cancelled")
+    ],
+]
+
+
+@pytest.mark.parametrize(("move", "error", "state"), REFUSED)
+def test_cancel_finished_or_requeue_not_dead__refused_nothing_moves(
+    task_in, moved, move: str, error: type[Exception], state: str
+) -> None:
     pk = task_in(state)
     before = moved()
-    with pytest.raises(InvalidTransition):
-        queue.cancel(pk)
+    with pytest.raises(error):
+        getattr(queue, move)(pk)
     assert Task.objects.get(pk=pk).state == state
     assert moved() == before
 
@@ -96,12 +107,10 @@ def test_cancel_many__moves_only_cancellable_and_counts_them(task_in, moved) -> 
 
 
 def test_requeue__dead__ready_attempts_reset_history_kept(
-    enqueue_task, claim_one, clock, moved: Moved
+    enqueue_task, claim_one, nack_retried, clock, moved: Moved
 ) -> None:
     pk = enqueue_task(max_attempts=2)
-    queue.nack(pk, lease_id=claim_one().lease_id, error="first")
-    clock.advance(60_000)
-    queue.promote_delayed()
+    nack_retried(pk, "first")
     queue.nack(pk, lease_id=claim_one().lease_id, error="second")
     assert Task.objects.get(pk=pk).state == State.DEAD
     requeued_at = clock.now()
@@ -121,16 +130,6 @@ def test_requeue__dead__ready_attempts_reset_history_kept(
     }
     d = claim_one()
     assert (d.task.pk, d.task.attempts) == (pk, 1)
-
-
-@pytest.mark.parametrize("state", ["ready", "delayed", "handed_out", "done", "cancelled"])
-def test_requeue__not_dead__404_nothing_moves(task_in, moved, state: str) -> None:
-    pk = task_in(state)
-    before = moved()
-    with pytest.raises(TaskNotFound):
-        queue.requeue(pk)
-    assert Task.objects.get(pk=pk).state == state
-    assert moved() == before
 
 
 def test_requeue__unknown__404() -> None:

@@ -102,12 +102,10 @@ def test_sweep_once__reclaims_then_promotes(enqueue_task, claim_one, clock) -> N
 
 
 def test_lifecycle__nack_reclaim_bury_requeue_ack__counters_agree(
-    enqueue_task, claim_one, clock, moved: Moved
+    enqueue_task, claim_one, nack_retried, clock, moved: Moved
 ) -> None:
     pk = enqueue_task(max_attempts=3)
-    queue.nack(pk, lease_id=claim_one().lease_id, error="one")
-    clock.advance(60_000)
-    queue.promote_delayed()
+    nack_retried(pk, "one")
     claim_one(lease_ms=1000)
     clock.advance(60_000)
     queue.reclaim_expired()

@@ -14,6 +14,7 @@ import pytest
 from broker import longpoll
 from broker.longpoll import socket_gone
 from tests.procs import self_signed_cert, tls_client_context
+from tests.worker_fakes import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +52,16 @@ def _pair(server_context: ssl.SSLContext | None) -> Iterator[tuple[socket.socket
             sock.close()
 
 
-def _becomes(check: Callable[[], bool], within: float = 2.0) -> bool:
-    end = time.monotonic() + within
-    while not check():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
+def _hang_up_seen(
+    context: ssl.SSLContext | None, say_goodbye: Callable[[socket.socket], None] = lambda c: None
+) -> bool:
+    """A connected client (not gone) says goodbye, then closes: whether socket_gone sees it go."""
+    with _pair(context) as (server, client):
+        gone = socket_gone(server)
+        assert gone() is False
+        say_goodbye(client)
+        client.close()
+        return wait_until(gone, 2.0)
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
@@ -70,10 +74,7 @@ def test_socket_gone__client_connected__not_gone(server_context: ssl.SSLContext,
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
 def test_socket_gone__client_closes__gone(server_context: ssl.SSLContext, tls: bool) -> None:
-    with _pair(server_context if tls else None) as (server, client):
-        gone = socket_gone(server)
-        client.close()
-        assert _becomes(gone), "a hung-up client still looks connected"
+    assert _hang_up_seen(server_context if tls else None), "a hung-up client still looks connected"
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
@@ -81,11 +82,7 @@ def test_socket_gone__without_poll_rdhup__peek_still_sees_a_hang_up(
     server_context: ssl.SSLContext, tls: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(longpoll, "_GONE_EVENTS", 0)  # as on systems without POLLRDHUP
-    with _pair(server_context if tls else None) as (server, client):
-        gone = socket_gone(server)
-        assert gone() is False
-        client.close()
-        assert _becomes(gone), "a hung-up client still looks connected"
+    assert _hang_up_seen(server_context if tls else None), "a hung-up client still looks connected"
 
 
 def test_socket_gone__tls_client_says_close_notify_then_closes__gone(
@@ -93,16 +90,16 @@ def test_socket_gone__tls_client_says_close_notify_then_closes__gone(
 ) -> None:
     # Go's and curl's TLS close: an alert record first, then FIN. A peek sees the record's
     # bytes, never the end of the stream behind them.
-    with _pair(server_context) as (server, client):
-        gone = socket_gone(server)
+    def close_notify(client: socket.socket) -> None:
         assert isinstance(client, ssl.SSLSocket)
         client.setblocking(False)
         try:
             client.unwrap()  # sends close_notify; the broker's end never answers it
         except (ssl.SSLWantReadError, OSError):
             pass
-        client.close()
-        assert _becomes(gone), "a client that closed TLS properly still looks connected"
+
+    seen = _hang_up_seen(server_context, close_notify)
+    assert seen, "a client that closed TLS properly still looks connected"
 
 
 def test_socket_gone__client_sends_more_bytes_but_stays__not_gone(

@@ -14,6 +14,7 @@ from broker.states import (
     Priority,
     State,
 )
+from tests.conftest import COUNTER_NAMES
 
 
 def test_states__exactly_the_six_of_the_contract() -> None:
@@ -23,17 +24,7 @@ def test_states__exactly_the_six_of_the_contract() -> None:
 
 
 def test_counters__exactly_the_totals_of_the_contract() -> None:
-    assert tuple(COUNTERS) == (
-        "enqueued",
-        "delivered",
-        "acked",
-        "nacked",
-        "reclaimed",
-        "retried",
-        "buried",
-        "requeued",
-        "cancelled",
-    )
+    assert tuple(COUNTERS) == COUNTER_NAMES
 
 
 @pytest.mark.parametrize("event", list(TRANSITIONS))

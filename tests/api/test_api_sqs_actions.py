@@ -1,0 +1,224 @@
+"""SQS actions on the broker's own queues and moves (Django's test client; any database)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from broker.models import SqsQueue, Task
+from broker.states import State
+from tests.api.conftest import Sqs
+
+pytestmark = pytest.mark.django_db
+
+
+def _code(sqs: Sqs, action: str, body: dict) -> str:
+    status, answer, _ = sqs(action, body)
+    assert status >= 400, answer
+    return answer["__type"].rpartition("#")[2]
+
+
+def _send(sqs: Sqs, url: str, body: str = "m", **extra) -> str:
+    status, answer, _ = sqs("SendMessage", {"QueueUrl": url, "MessageBody": body, **extra})
+    assert status == 200, answer
+    return answer["MessageId"]
+
+
+def _receive(sqs: Sqs, url: str, **extra) -> list[dict]:
+    status, answer, _ = sqs("ReceiveMessage", {"QueueUrl": url, **extra})
+    assert status == 200, answer
+    return answer.get("Messages", [])
+
+
+def test_send__a_task_with_sqs_payload_no_backoff_unlimited(sqs: Sqs, queue_url) -> None:
+    url = queue_url("s", DelaySeconds="0")
+    attrs = {"a": {"DataType": "String", "StringValue": "v"}}
+    pk = _send(sqs, url, "hi", MessageAttributes=attrs)
+    task = Task.objects.get(pk=int(pk))
+    assert json.loads(task.payload) == {"body": "hi", "attributes": attrs}
+    assert (task.queue, task.state, task.max_attempts, task.backoff) == ("s", "ready", None, False)
+
+
+def test_send__redrive_policy__max_attempts_and_queue_delay(sqs: Sqs, queue_url) -> None:
+    policy = json.dumps(
+        {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:1:dlq", "maxReceiveCount": 4}
+    )
+    url = queue_url("r", RedrivePolicy=policy, DelaySeconds="60")
+    task = Task.objects.get(pk=int(_send(sqs, url)))
+    assert (task.max_attempts, task.state) == (4, State.DELAYED)
+    assert Task.objects.get(pk=int(_send(sqs, url, DelaySeconds=0))).state == State.READY
+
+
+def test_receive__visibility_zero__received_and_ready_again(sqs: Sqs, queue_url) -> None:
+    url = queue_url("v")
+    _send(sqs, url)
+    first = _receive(sqs, url, VisibilityTimeout=0, AttributeNames=["All"])
+    second = _receive(sqs, url, AttributeNames=["ApproximateReceiveCount"])
+    assert [m["Attributes"]["ApproximateReceiveCount"] for m in first + second] == ["1", "2"]
+
+
+def test_delete__stale_handle__succeeds_deletes_nothing(sqs: Sqs, queue_url) -> None:
+    url = queue_url("d")
+    pk = int(_send(sqs, url))
+    old = _receive(sqs, url, VisibilityTimeout=0)[0]["ReceiptHandle"]
+    new = _receive(sqs, url)[0]["ReceiptHandle"]
+    assert sqs("DeleteMessage", {"QueueUrl": url, "ReceiptHandle": old})[0] == 200
+    assert Task.objects.get(pk=pk).state == State.HANDED_OUT
+    assert sqs("DeleteMessage", {"QueueUrl": url, "ReceiptHandle": new})[0] == 200
+    assert Task.objects.get(pk=pk).state == State.DONE
+
+
+def test_delete__handle_of_another_queue__receipt_handle_is_invalid(sqs: Sqs, queue_url) -> None:
+    a, b = queue_url("a"), queue_url("b")
+    _send(sqs, a)
+    handle = _receive(sqs, a)[0]["ReceiptHandle"]
+    body = {"QueueUrl": b, "ReceiptHandle": handle}
+    assert _code(sqs, "DeleteMessage", body) == "ReceiptHandleIsInvalid"
+
+
+def test_change_visibility__errors_by_state(sqs: Sqs, queue_url) -> None:
+    url = queue_url("c")
+    _send(sqs, url)
+    handle = _receive(sqs, url)[0]["ReceiptHandle"]
+    body = {"QueueUrl": url, "ReceiptHandle": handle, "VisibilityTimeout": 0}
+    assert sqs("ChangeMessageVisibility", body)[0] == 200
+    assert _code(sqs, "ChangeMessageVisibility", body) == "MessageNotInflight"
+    newer = _receive(sqs, url)[0]["ReceiptHandle"]
+    assert _code(sqs, "ChangeMessageVisibility", body) == "InvalidParameterValue"
+    sqs("DeleteMessage", {"QueueUrl": url, "ReceiptHandle": newer})
+    body["ReceiptHandle"] = newer
+    assert _code(sqs, "ChangeMessageVisibility", body) == "InvalidParameterValue"
+    assert _code(sqs, "ChangeMessageVisibility", {**body, "ReceiptHandle": "x"}) == (
+        "ReceiptHandleIsInvalid"
+    )
+
+
+def test_change_visibility__extends_the_lease(sqs: Sqs, queue_url) -> None:
+    url = queue_url("e")
+    pk = int(_send(sqs, url))
+    handle = _receive(sqs, url, VisibilityTimeout=10)[0]["ReceiptHandle"]
+    before = Task.objects.get(pk=pk).lease_deadline
+    body = {"QueueUrl": url, "ReceiptHandle": handle, "VisibilityTimeout": 43_200}
+    assert sqs("ChangeMessageVisibility", body)[0] == 200
+    assert (Task.objects.get(pk=pk).lease_deadline - before).total_seconds() > 43_000
+
+
+def test_native_queue_with_live_tasks__known_to_sqs(sqs: Sqs, enqueue) -> None:
+    enqueue(queue="native", payload={"n": 1})
+    status, answer, _ = sqs("GetQueueUrl", {"QueueName": "native"})
+    assert status == 200, answer
+    assert [m["Body"] for m in _receive(sqs, answer["QueueUrl"])] == ['{"n":1}']
+    assert SqsQueue.objects.filter(name="native").exists()
+
+
+def test_native_string_payload__body_is_the_string(sqs: Sqs, enqueue) -> None:
+    enqueue(queue="strings", payload="plain text")
+    url = sqs("GetQueueUrl", {"QueueName": "strings"})[1]["QueueUrl"]
+    assert [m["Body"] for m in _receive(sqs, url)] == ["plain text"]
+
+
+def test_delete_queue__live_cancelled_dead_kept_name_forgotten(sqs: Sqs, queue_url) -> None:
+    url = queue_url("gone", RedrivePolicy='{"deadLetterTargetArn": "a", "maxReceiveCount": 1}')
+    dead = int(_send(sqs, url))
+    handle = _receive(sqs, url)[0]["ReceiptHandle"]
+    sqs(
+        "ChangeMessageVisibility",
+        {"QueueUrl": url, "ReceiptHandle": handle, "VisibilityTimeout": 0},
+    )
+    live = int(_send(sqs, url))
+    assert sqs("DeleteQueue", {"QueueUrl": url})[0] == 200
+    states = dict(Task.objects.values_list("pk", "state"))
+    assert (states[dead], states[live]) == (State.DEAD, State.CANCELLED)
+    assert _code(sqs, "GetQueueUrl", {"QueueName": "gone"}) == "QueueDoesNotExist"
+    assert _code(sqs, "SendMessage", {"QueueUrl": url, "MessageBody": "x"}) == "QueueDoesNotExist"
+
+
+def test_purge__live_messages_cancelled(sqs: Sqs, queue_url) -> None:
+    url = queue_url("p")
+    for _ in range(3):
+        _send(sqs, url)
+    _receive(sqs, url)
+    assert sqs("PurgeQueue", {"QueueUrl": url})[0] == 200
+    assert set(Task.objects.values_list("state", flat=True)) == {State.CANCELLED}
+    attrs = sqs("GetQueueAttributes", {"QueueUrl": url, "AttributeNames": ["All"]})[1]
+    assert attrs["Attributes"]["ApproximateNumberOfMessages"] == "0"
+
+
+def test_set_redrive_policy__applies_to_messages_already_sent(sqs: Sqs, queue_url) -> None:
+    url = queue_url("later")
+    pk = int(_send(sqs, url))
+    policy = '{"deadLetterTargetArn": "arn:x", "maxReceiveCount": "2"}'
+    body = {"QueueUrl": url, "Attributes": {"RedrivePolicy": policy}}
+    assert sqs("SetQueueAttributes", body)[0] == 200
+    assert Task.objects.get(pk=pk).max_attempts == 2
+    got = sqs("GetQueueAttributes", {"QueueUrl": url, "AttributeNames": ["RedrivePolicy"]})[1]
+    assert json.loads(got["Attributes"]["RedrivePolicy"]) == {
+        "deadLetterTargetArn": "arn:x",
+        "maxReceiveCount": 2,
+    }
+    body["Attributes"]["RedrivePolicy"] = ""
+    sqs("SetQueueAttributes", body)
+    assert Task.objects.get(pk=pk).max_attempts is None
+
+
+def test_list_queues__prefix_and_pages(sqs: Sqs, queue_url) -> None:
+    for name in ("a1", "a2", "a3", "b1"):
+        queue_url(name)
+    _, first, _ = sqs("ListQueues", {"QueueNamePrefix": "a", "MaxResults": 2})
+    assert [u.rsplit("/", 1)[1] for u in first["QueueUrls"]] == ["a1", "a2"]
+    _, rest, _ = sqs("ListQueues", {"QueueNamePrefix": "a", "NextToken": first["NextToken"]})
+    assert [u.rsplit("/", 1)[1] for u in rest["QueueUrls"]] == ["a3"]
+    assert "NextToken" not in rest
+    assert sqs("ListQueues", {"QueueNamePrefix": "zzz"})[1] == {}
+
+
+def test_create_queue__same_attributes_again__same_url_else_queue_name_exists(
+    sqs: Sqs, queue_url
+) -> None:
+    url = queue_url("twice", VisibilityTimeout="10")
+    assert queue_url("twice", VisibilityTimeout="10") == url
+    assert queue_url("twice") == url
+    body = {"QueueName": "twice", "Attributes": {"VisibilityTimeout": "11"}}
+    assert _code(sqs, "CreateQueue", body) == "QueueNameExists"
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"QueueName": "x.fifo"}, "UnsupportedOperation"),
+        ({"QueueName": "x", "Attributes": {"FifoQueue": "true"}}, "UnsupportedOperation"),
+        ({"QueueName": "a.b"}, "InvalidParameterValue"),
+        ({"QueueName": "x" * 65}, "InvalidParameterValue"),
+        ({}, "MissingParameter"),
+        ({"QueueName": "x", "Attributes": {"Policy": "{}"}}, "InvalidAttributeName"),
+        ({"QueueName": "x", "Attributes": {"Nope": "1"}}, "InvalidAttributeName"),
+        ({"QueueName": "x", "Attributes": {"VisibilityTimeout": "43201"}}, "InvalidAttributeValue"),
+        ({"QueueName": "x", "Attributes": {"RedrivePolicy": "{}"}}, "InvalidAttributeValue"),
+    ],
+)
+def test_create_queue__refused(sqs: Sqs, body: dict, code: str) -> None:
+    assert _code(sqs, "CreateQueue", body) == code
+
+
+def test_dead_sqs_message__in_admin_dlq(sqs: Sqs, queue_url, admin_client) -> None:
+    url = queue_url("toadmin", RedrivePolicy='{"deadLetterTargetArn": "a", "maxReceiveCount": 1}')
+    pk = int(_send(sqs, url, "to the DLQ"))
+    _receive(sqs, url, VisibilityTimeout=0)
+    assert Task.objects.get(pk=pk).state == State.DEAD
+    page = admin_client.get(reverse("admin:broker_deadtask_changelist"))
+    assert f"/admin/broker/deadtask/{pk}/change/" in page.content.decode()
+    assert admin_client.get(reverse("admin:broker_task_change", args=[pk])).status_code == 200
+    dashboard = json.loads(admin_client.get("/dashboard/data.json").content)
+    assert dashboard["queues"]["toadmin"]["dead"] == 1
+    assert dashboard["invariant"]["healthy"]
+
+
+def test_unlimited_message__admin_shows_attempts_without_a_max(sqs: Sqs, queue_url, admin_client):
+    url = queue_url("unlimited")
+    pk = int(_send(sqs, url))
+    _receive(sqs, url, VisibilityTimeout=0)
+    listing = admin_client.get(reverse("admin:broker_task_changelist")).content.decode()
+    assert "1/∞" in listing
+    assert admin_client.get(reverse("admin:broker_task_change", args=[pk])).status_code == 200

@@ -1,0 +1,105 @@
+"""The JSON protocol's envelope: target, content type, body, size, errors and their headers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+
+from tests.api.conftest import JSON_1_0, Sqs
+
+pytestmark = pytest.mark.django_db
+
+
+def _error(sqs: Sqs, *args, **kwargs) -> tuple[int, str, str, str]:
+    status, body, response = sqs(*args, **kwargs)
+    return status, body["__type"], body["message"], response["x-amzn-query-error"]
+
+
+def test_error__unknown_queue__sqs_shape_and_query_header(sqs: Sqs) -> None:
+    status, kind, message, header = _error(sqs, "GetQueueUrl", {"QueueName": "nope"})
+    assert (status, kind) == (400, "com.amazonaws.sqs#QueueDoesNotExist")
+    assert message == "The specified queue does not exist."
+    assert header == "AWS.SimpleQueueService.NonExistentQueue;Sender"
+
+
+def test_answer__content_type_and_request_id(sqs: Sqs, queue_url) -> None:
+    queue_url("q")
+    status, body, response = sqs("GetQueueUrl", {"QueueName": "q"})
+    assert status == 200
+    assert body == {"QueueUrl": "http://testserver/sqs/q"}
+    assert response["Content-Type"] == JSON_1_0
+    assert len(response["x-amzn-RequestId"]) == 36
+
+
+@pytest.mark.parametrize(
+    ("target", "status", "code"),
+    [
+        ("", 400, "MissingAction"),
+        ("AmazonSQS.Nope", 400, "InvalidAction"),
+        ("DynamoDB_20120810.GetItem", 400, "InvalidAction"),
+        ("AmazonSQS.TagQueue", 400, "UnsupportedOperation"),
+    ],
+)
+def test_target__missing_unknown_or_not_offered__refused(
+    sqs: Sqs, target: str, status: int, code: str
+) -> None:
+    got = _error(sqs, "x", {}, HTTP_X_AMZ_TARGET=target)
+    assert got[:2] == (status, f"com.amazonaws.sqs#{code}")
+
+
+def test_content_type__form__415_changes_nothing(sqs: Sqs) -> None:
+    got = _error(
+        sqs, "CreateQueue", raw="QueueName=q", content_type="application/x-www-form-urlencoded"
+    )
+    assert got[:2] == (415, "com.amazonaws.sqs#UnsupportedMediaType")
+    assert sqs("GetQueueUrl", {"QueueName": "q"})[0] == 400
+
+
+@pytest.mark.parametrize("raw", ["{", "[]", '"x"'])
+def test_body__not_a_json_object__serialization_exception(sqs: Sqs, raw: str) -> None:
+    assert _error(sqs, "ListQueues", raw=raw)[:2] == (
+        400,
+        "com.amazonaws.sqs#SerializationException",
+    )
+
+
+def test_method__get__405_sqs_shape(client) -> None:
+    response = client.get("/sqs")
+    assert response.status_code == 405
+    assert json.loads(response.content)["__type"] == "com.amazonaws.sqs#MethodNotAllowed"
+
+
+@override_settings(BROKER_MAX_BODY_BYTES=1000)
+def test_body_limit__native_limit_does_not_apply__1_mib_does(sqs: Sqs, queue_url) -> None:
+    url = queue_url("big")
+    status, body, _ = sqs("SendMessage", {"QueueUrl": url, "MessageBody": "x" * 200_000})
+    assert status == 200, body
+    status, body, _ = sqs("SendMessage", {"QueueUrl": url, "MessageBody": "x" * 1_048_577})
+    assert (status, body["__type"]) == (413, "com.amazonaws.sqs#RequestEntityTooLarge")
+
+
+@override_settings(BROKER_API_TOKENS=["tok"], BROKER_SQS_CREDENTIALS={"AK": "SK"})
+def test_tokens_on__unsigned__403_missing_authentication_token(sqs: Sqs) -> None:
+    status, kind, _, _ = _error(sqs, "ListQueues", {})
+    assert (status, kind) == (403, "com.amazonaws.sqs#MissingAuthenticationToken")
+
+
+@override_settings(BROKER_API_TOKENS=["tok"], BROKER_SQS_CREDENTIALS={"AK": "SK"})
+def test_tokens_on__bearer_token_is_not_a_signature(sqs: Sqs) -> None:
+    status, kind, _, _ = _error(sqs, "ListQueues", {}, HTTP_AUTHORIZATION="Bearer tok")
+    assert (status, kind) == (403, "com.amazonaws.sqs#MissingAuthenticationToken")
+
+
+def test_tokens_off__any_signature_accepted(sqs: Sqs) -> None:
+    garbage = "AWS4-HMAC-SHA256 Credential=x/y/z/sqs/aws4_request, SignedHeaders=host, Signature=0"
+    assert sqs("ListQueues", {}, HTTP_AUTHORIZATION=garbage)[0] == 200
+
+
+def test_queue_url_path__action_without_queue_url__that_queue(sqs: Sqs, queue_url) -> None:
+    queue_url("viaurl")
+    status, body, _ = sqs("SendMessage", {"MessageBody": "m"}, path="/sqs/viaurl")
+    assert status == 200, body
+    status, body, _ = sqs("ReceiveMessage", {}, path="/sqs/viaurl")
+    assert [m["Body"] for m in body["Messages"]] == ["m"]

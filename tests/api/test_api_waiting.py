@@ -1,0 +1,158 @@
+"""GET /jobs/{id}'s `waiting`: why a ready or delayed task is not running, first reason first."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from broker.claimers import EVERY_QUEUE, claim_log
+from broker.models import ClaimScope
+from broker.queue.base import current_time
+from tests.api.conftest import TIMESTAMP, ack_all
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_claims_seen() -> None:
+    ClaimScope.objects.all().delete()  # rows an earlier test's process may have written
+
+
+def waiting(client, task_id: str) -> dict | None:
+    r = client.get(f"/jobs/{task_id}")
+    assert r.status_code == 200
+    return r.json()["waiting"]
+
+
+def seen(*scopes: str, ago_s: float = 0) -> None:
+    at = current_time() - timedelta(seconds=ago_s)
+    for scope in scopes:
+        ClaimScope.objects.update_or_create(scope=scope, defaults={"seen_at": at})
+
+
+def test_waiting__no_claim_ever__no_workers(api_client, put) -> None:
+    (pk,) = put("mail")
+    w = waiting(api_client, pk)
+    assert w == {
+        "reason": "no_workers",
+        "detail": "No claim request that could take from 'mail' came in the last 60 s.",
+    }
+
+
+def test_waiting__a_claim_of_the_queue_or_of_every_queue_within_60_s__queued(
+    api_client, put, take
+) -> None:
+    (pk,) = put("mail")
+    seen("mail", ago_s=59)
+    assert waiting(api_client, pk)["reason"] == "queued"
+    ClaimScope.objects.all().delete()
+    seen(EVERY_QUEUE, ago_s=30)
+    assert waiting(api_client, pk)["reason"] == "queued"
+    ClaimScope.objects.all().delete()
+    seen("mail", EVERY_QUEUE, ago_s=61)
+    seen("other")
+    assert waiting(api_client, pk)["reason"] == "no_workers"
+
+
+def test_waiting__an_answered_claim_request_counts__noted_then_written(api_client, put) -> None:
+    (pk,) = put("mail")
+    r = api_client.get("/jobs/next", {"queue": "other,mail2", "wait_ms": 0})
+    assert r.status_code == 204
+    api_client.get("/jobs/next", {"queue": "mail", "wait_ms": 0})  # takes pk... then:
+    (pk2,) = put("mail")
+    assert waiting(api_client, pk2)["reason"] == "no_workers"  # noted, not yet written
+    assert claim_log.flush() == 3
+    assert set(ClaimScope.objects.values_list("scope", flat=True)) == {"other", "mail2", "mail"}
+    assert waiting(api_client, pk2) == {
+        "reason": "queued", "ahead": 0, "detail": "Next in line: the next claim of its queue "
+        "takes it.",
+    }  # fmt: skip
+    assert waiting(api_client, pk) is None  # handed out
+
+
+def test_waiting__queued__ahead_counts_ready_tasks_claimed_before_it(api_client, put) -> None:
+    seen(EVERY_QUEUE)
+    low = put("q", 2, priority="low")
+    normal = put("q", 3)
+    high = put("q", 1, priority="high")
+    put("other", 5, priority="high")
+    assert [waiting(api_client, pk)["ahead"] for pk in (*high, *normal, *low)] == [
+        0, 1, 2, 3, 4, 5,
+    ]  # fmt: skip
+    assert waiting(api_client, low[1])["detail"] == "5 ready tasks of its queue go first."
+
+
+def test_waiting__delayed__until_its_time(api_client, put) -> None:
+    seen(EVERY_QUEUE)
+    (pk,) = put("q", delay_ms=60_000)
+    w = waiting(api_client, pk)
+    assert w["reason"] == "delayed" and TIMESTAMP.match(w["until"])
+    task = api_client.get(f"/jobs/{pk}").json()
+    assert w["until"] == task["available_at"]
+    assert w["detail"] == f"Enqueued with a delay: it becomes ready at {w['until']}."
+
+
+def test_waiting__nacked__retry_backoff_until_the_retry(api_client, put, take) -> None:
+    (pk,) = put("q", max_attempts=3)
+    (d,) = take(["q"])
+    r = api_client.post(f"/jobs/{pk}/nack?lease_id={d['lease_id']}", {"error": "x"}, format="json")
+    assert r.status_code == 204
+    w = waiting(api_client, pk)
+    assert w["reason"] == "retry_backoff"
+    assert w["until"] == api_client.get(f"/jobs/{pk}").json()["available_at"]
+
+
+def test_waiting__paused_queue__queue_paused_before_every_later_reason(
+    api_client, put, set_queue
+) -> None:
+    (pk,) = put("q")
+    set_queue("q", paused=True, max_in_flight=1, rate_per_s=1)
+    assert waiting(api_client, pk) == {
+        "reason": "queue_paused", "detail": "The queue 'q' is paused: claims take nothing from it.",
+    }  # fmt: skip
+    (delayed,) = put("q", delay_ms=5000)
+    assert waiting(api_client, delayed)["reason"] == "delayed"  # delayed comes first
+
+
+def test_waiting__full_queue__queue_full_then_rate_limited(
+    api_client, put, take, set_queue
+) -> None:
+    seen(EVERY_QUEUE)
+    put("q", 3)
+    set_queue("q", max_in_flight=1, rate_per_s=1)
+    got = take(["q"])
+    pk = put("q")[0]
+    w = waiting(api_client, pk)
+    assert w == {
+        "reason": "queue_full",
+        "detail": "The queue 'q' has 1 tasks handed out, its max_in_flight is 1.",
+    }
+    ack_all(api_client, got)
+    assert waiting(api_client, pk)["reason"] == "rate_limited"  # its token is spent
+    set_queue("q", rate_per_s=None)
+    assert waiting(api_client, pk) == {
+        "reason": "queued", "ahead": 2, "detail": "2 ready tasks of its queue go first.",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("state", ["handed_out", "done", "dead", "cancelled"])
+def test_waiting__not_ready_or_delayed__null(api_client, put, take, state: str) -> None:
+    (pk,) = put("q", max_attempts=1)
+    if state != "cancelled":
+        (d,) = take(["q"])
+        if state == "done":
+            ack_all(api_client, [d])
+        elif state == "dead":
+            api_client.post(f"/jobs/{pk}/nack?lease_id={d['lease_id']}")
+    else:
+        api_client.delete(f"/jobs/{pk}")
+    body = api_client.get(f"/jobs/{pk}").json()
+    assert body["state"] == state
+    assert body["waiting"] is None
+
+
+def test_waiting__listing_keeps_its_shape(api_client, put) -> None:
+    put("q")
+    (listed,) = api_client.get("/jobs").json()["results"]
+    assert "waiting" not in listed

@@ -1,0 +1,304 @@
+"""BrokerClient against a tiny local HTTP server shaped like the API."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.worker_fakes import FakeServer, Reply, delivery, serve, start_server, wait_until
+from workers.client import BrokerClient, BrokerError, BrokerUnavailableError
+
+MakeClient = Callable[..., BrokerClient]
+IDLE = Reply(204)
+
+
+def claim_in_thread(client: BrokerClient, out: dict[str, Any], **kwargs: Any) -> threading.Thread:
+    """Run client.claim in a thread named "claimer"; the result lands in out["delivery"]."""
+
+    def run() -> None:
+        out["delivery"] = client.claim(kwargs.get("wait_ms", 20000), kwargs.get("lease_ms", 30000))
+        out["returned_at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, name="claimer", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_client__claim_503_then_200__retries_and_returns_delivery(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    given = delivery("t1", {"line": "hi"})
+    http_broker.script("GET", "/jobs/next", Reply(503, {"error": "down"}), Reply(200, given))
+    client = make_client(http_broker.url)
+
+    assert client.claim(1000, 30000) == given
+    assert len(http_broker.requests_to("GET", "/jobs/next")) == 2
+
+
+def test_client__claim_204__returns_none(http_broker: FakeServer, make_client: MakeClient) -> None:
+    http_broker.script("GET", "/jobs/next", IDLE)
+    client = make_client(http_broker.url)
+
+    assert client.claim(0, 30000) is None
+
+
+def test_client__claim__sends_wait_lease_and_queues(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("GET", "/jobs/next", IDLE)
+    client = make_client(http_broker.url)
+
+    client.claim(1500, 2500, ["a", "b"])
+
+    (seen,) = http_broker.requests_to("GET", "/jobs/next")
+    assert seen.query == {"wait_ms": ["1500"], "lease_ms": ["2500"], "queue": ["a,b"]}
+
+
+@pytest.mark.parametrize(
+    ("absent", "part"),
+    [
+        pytest.param("queue", "query", id="no_queues__no_queue_parameter"),
+        pytest.param("authorization", "headers", id="no_token__no_authorization_header"),
+    ],
+)
+def test_client__claim_without_queues_or_token__sends_neither(
+    http_broker: FakeServer, make_client: MakeClient, absent: str, part: str
+) -> None:
+    http_broker.script("GET", "/jobs/next", IDLE)
+    client = make_client(http_broker.url)
+
+    client.claim(0, 1000)
+
+    (seen,) = http_broker.seen
+    assert absent not in getattr(seen, part)
+
+
+def test_client__claim_401__raises_broker_error(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("GET", "/jobs/next", Reply(401, {"error": "Bad token."}))
+    client = make_client(http_broker.url)
+
+    with pytest.raises(BrokerError) as caught:
+        client.claim(0, 1000)
+    assert (caught.value.status, caught.value.message) == (401, "Bad token.")
+
+
+def test_client__token__bearer_header_on_every_request(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.default("GET", "/jobs/next", IDLE)
+    http_broker.default("GET", "/stats", Reply(200, {"ready": 0}))
+    client = make_client(http_broker.url, token="s3cret")
+
+    client.claim(0, 1000)
+    client.stats()
+
+    assert [s.headers.get("authorization") for s in http_broker.seen] == ["Bearer s3cret"] * 2
+
+
+def test_client__identity_header__host_pid_and_calling_thread(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.default("GET", "/jobs/next", IDLE)
+    client = make_client(http_broker.url)
+    out: dict[str, Any] = {}
+
+    claim_in_thread(client, out, wait_ms=0).join(5)
+    client.claim(0, 1000)
+
+    expected = [
+        f"{socket.gethostname()}:{os.getpid()}:claimer",
+        f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}",
+    ]
+    assert [s.headers["x-broker-worker"] for s in http_broker.seen] == expected
+
+
+def test_client__several_calls__one_connection_reused(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.default("GET", "/jobs/next", IDLE)
+    client = make_client(http_broker.url)
+
+    for _ in range(5):
+        client.claim(0, 1000)
+
+    assert len({s.client_port for s in http_broker.seen}) == 1
+
+
+def test_client__ack__lease_in_query_result_in_body(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("POST", "/jobs/t%2F1/ack", Reply(204))
+    client = make_client(http_broker.url)
+
+    assert client.ack("t/1", "l 1", {"n": 1}) is True
+
+    (seen,) = http_broker.requests_to("POST", "/jobs/t%2F1/ack")
+    assert (seen.query, seen.body) == ({"lease_id": ["l 1"]}, {"result": {"n": 1}})
+
+
+def test_client__nack__error_in_body(http_broker: FakeServer, make_client: MakeClient) -> None:
+    http_broker.script("POST", "/jobs/t1/nack", Reply(204))
+    client = make_client(http_broker.url)
+
+    assert client.nack("t1", "l1", "boom") is True
+
+    (seen,) = http_broker.requests_to("POST", "/jobs/t1/nack")
+    assert (seen.query, seen.body) == ({"lease_id": ["l1"]}, {"error": "boom"})
+
+
+@pytest.mark.parametrize("verb", ["ack", "nack"])
+@pytest.mark.parametrize("status", [404, 409])
+def test_client__ack_or_nack_refused__final_answer_no_retry(
+    http_broker: FakeServer, make_client: MakeClient, verb: str, status: int
+) -> None:
+    http_broker.default("POST", f"/jobs/t1/{verb}", Reply(status, {"error": "No."}))
+    client = make_client(http_broker.url)
+
+    answered = client.ack("t1", "l1") if verb == "ack" else client.nack("t1", "l1", "e")
+
+    assert answered is False
+    assert len(http_broker.requests_to("POST", f"/jobs/t1/{verb}")) == 1
+
+
+def test_client__ack_503_then_204__retried_until_accepted(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("POST", "/jobs/t1/ack", Reply(503), Reply(502), Reply(204))
+    client = make_client(http_broker.url)
+
+    assert client.ack("t1", "l1") is True
+    assert len(http_broker.requests_to("POST", "/jobs/t1/ack")) == 3
+
+
+def test_client__ack_503_past_lease__gives_up_at_lease_end(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("GET", "/jobs/next", Reply(200, delivery("t1", None)))
+    http_broker.default("POST", "/jobs/t1/ack", Reply(503))
+    client = make_client(http_broker.url, give_up_s=60.0)
+    client.claim(0, 400)  # the lease, not give_up_s, bounds the retries
+    started = time.monotonic()
+
+    assert client.ack("t1", "lease-t1") is False
+    assert 0.2 < time.monotonic() - started < 2.0
+    assert len(http_broker.requests_to("POST", "/jobs/t1/ack")) > 2
+
+
+def test_client__extend__sends_lease_ms(http_broker: FakeServer, make_client: MakeClient) -> None:
+    http_broker.script("POST", "/jobs/t1/extend", Reply(200, {"deadline": "x"}))
+    client = make_client(http_broker.url)
+
+    assert client.extend("t1", "l1", 5000) is True
+
+    (seen,) = http_broker.requests_to("POST", "/jobs/t1/extend")
+    assert seen.query == {"lease_id": ["l1"], "lease_ms": ["5000"]}
+
+
+def test_client__extend_409__false(http_broker: FakeServer, make_client: MakeClient) -> None:
+    http_broker.script("POST", "/jobs/t1/extend", Reply(409, {"error": "Other lease."}))
+    client = make_client(http_broker.url)
+
+    assert client.extend("t1", "l1", 5000) is False
+
+
+def test_client__enqueue__status_and_json(http_broker: FakeServer, make_client: MakeClient) -> None:
+    http_broker.script("POST", "/jobs", Reply(503), Reply(201, {"id": "t9"}))
+    client = make_client(http_broker.url)
+
+    assert client.enqueue({"payload": 1}) == (201, {"id": "t9"})
+    assert [s.body for s in http_broker.requests_to("POST", "/jobs")] == [{"payload": 1}] * 2
+
+
+def test_client__enqueue_400__returned_not_retried(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("POST", "/jobs", Reply(400, {"error": "Bad.", "fields": {}}))
+    client = make_client(http_broker.url)
+
+    assert client.enqueue({"payload": 1}) == (400, {"error": "Bad.", "fields": {}})
+    assert len(http_broker.requests_to("POST", "/jobs")) == 1
+
+
+def test_client__stats_always_503__raises_unavailable(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.default("GET", "/stats", Reply(503))
+    client = make_client(http_broker.url, give_up_s=0.3)
+
+    with pytest.raises(BrokerUnavailableError):
+        client.stats()
+
+
+def test_client__broker_down_then_up__claim_retries_until_reachable(
+    make_client: MakeClient,
+) -> None:
+    server, fake = start_server(bind_only=True)  # bound, not listening: connection refused
+    fake.script("GET", "/jobs/next", Reply(200, delivery("t1", 7)))
+    client = make_client(fake.url)
+    out: dict[str, Any] = {}
+    try:
+        thread = claim_in_thread(client, out, wait_ms=0)
+        time.sleep(0.3)
+        assert thread.is_alive()  # still retrying
+        server.server_activate()
+        loop = serve(server)
+        thread.join(5)
+        assert out["delivery"]["task"]["id"] == "t1"
+    finally:
+        server.shutdown()
+        loop.join()
+        server.server_close()
+
+
+def test_client__cancel_claims__parked_claim_returns_at_once(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("GET", "/jobs/next", Reply(204, hold_s=20))
+    http_broker.default("POST", "/jobs/t1/ack", Reply(204))
+    client = make_client(http_broker.url)
+    out: dict[str, Any] = {}
+    thread = claim_in_thread(client, out)
+    assert wait_until(lambda: len(http_broker.seen) == 1)
+    time.sleep(0.1)  # let the claim park in recv()
+
+    cancelled_at = time.monotonic()
+    client.cancel_claims()
+    thread.join(5)
+
+    assert out["delivery"] is None
+    assert out["returned_at"] - cancelled_at < 1.0
+    assert client.claim(20000, 30000) is None  # later claims do not even go out
+    assert len(http_broker.requests_to("GET", "/jobs/next")) == 1
+
+
+def test_client__cancel_claims__acks_still_go_through(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.default("POST", "/jobs/t1/ack", Reply(204))
+    client = make_client(http_broker.url)
+    client.cancel_claims()
+
+    assert client.ack("t1", "l1") is True
+
+
+def test_client__extend__moves_the_ack_retry_window(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("GET", "/jobs/next", Reply(200, delivery("t1", None)))
+    http_broker.script("POST", "/jobs/t1/extend", Reply(200, {"deadline": "x"}))
+    http_broker.default("POST", "/jobs/t1/ack", Reply(503))
+    client = make_client(http_broker.url, give_up_s=60.0)
+    client.claim(0, 100)
+    client.extend("t1", "lease-t1", 1000)
+    started = time.monotonic()
+
+    assert client.ack("t1", "lease-t1") is False
+    assert 0.7 < time.monotonic() - started < 2.0
