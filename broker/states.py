@@ -16,23 +16,23 @@ if TYPE_CHECKING:
     # is the first item and whose label is the second. The __new__ is StrEnum's and IntEnum's own
     # signature; declaring it here tells mypy that members are built by a __new__ (the metaclass
     # splits off the label first), so it takes .value from _value_ rather than the tuple literal.
-    class _TextChoices(enum.StrEnum):
+    class _Labelled:
+        @property
+        def label(self) -> str: ...
+
+    class _TextChoices(_Labelled, enum.StrEnum):
         _value_: str
         choices: ClassVar[list[tuple[str, str]]]
         values: ClassVar[list[str]]
 
         def __new__(cls, value: str) -> Self: ...
-        @property
-        def label(self) -> str: ...
 
-    class _IntegerChoices(enum.IntEnum):
+    class _IntegerChoices(_Labelled, enum.IntEnum):
         _value_: int
         choices: ClassVar[list[tuple[int, str]]]
         values: ClassVar[list[int]]
 
         def __new__(cls, value: int) -> Self: ...
-        @property
-        def label(self) -> str: ...
 
 else:
     _TextChoices = models.TextChoices

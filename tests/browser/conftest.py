@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.procs import ROOT, gunicorn
+from tests.procs import ROOT, gunicorn, needs
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts"
@@ -26,12 +26,12 @@ USER, PASSWORD = "ops", "browser-test-password"
 
 @pytest.fixture(autouse=True)
 def _chromium() -> None:
-    """Skip, saying how to get it, without Chromium; screenshots go to test-artifacts/."""
-    if not CHROMIUM.exists():
-        pytest.skip(
-            "no Chromium at /usr/bin/chromium: `make deps` installs Debian's chromium package "
-            "(apt-get as root)"
-        )
+    """No Chromium: skip, saying how to get it (fail under CI). Screenshots: test-artifacts/."""
+    needs(
+        CHROMIUM.exists(),
+        "no Chromium at /usr/bin/chromium: `make deps` installs Debian's chromium package "
+        "(apt-get as root)",
+    )
     ARTIFACTS.mkdir(exist_ok=True)
 
 

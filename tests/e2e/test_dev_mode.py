@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import ROOT, Proc, free_port, python, wait_until
+from tests.procs import ROOT, Proc, free_port, needs, python, wait_until
 
 # What a first-time user's shell does not have.
 UNSET = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "BROKER_HTTPS", "BROKER_API_TOKENS",
@@ -69,8 +69,8 @@ def _get(url: str, host: str | None = None, accept: str | None = None) -> tuple[
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_run__fresh_environment__dev_broker_on_loopback_admin_styled(tmp_path: Path) -> None:
+    needs(shutil.which("make"), "needs make")
     port = free_port()
     env = _fresh_env(
         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",  # as a fresh clone's default

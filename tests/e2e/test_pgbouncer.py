@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import Proc, free_port, gunicorn, http, wait_until
+from tests.procs import Proc, free_port, gunicorn, http, needs, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -39,8 +39,7 @@ def _answers(port: int) -> bool:
 @pytest.fixture
 def bounced_url(db_url: str) -> Iterator[str]:
     """db_url, but through a PgBouncer in transaction mode started for this test."""
-    if PGBOUNCER is None:
-        pytest.skip("pgbouncer is not installed: `make deps` installs it (apt-get as root)")
+    needs(PGBOUNCER, "pgbouncer is not installed: `make deps` installs it (apt-get as root)")
     port = free_port()
     # Its own world-readable folder: pgbouncer refuses to run as root and drops to postgres.
     folder = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
