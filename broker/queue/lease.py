@@ -239,8 +239,7 @@ def _settle_generic(acks: list[Settle], nacks: list[Settle], now: datetime) -> l
         updates, errors, moves = [], [], []
         histogram: dict[str, Counter[str]] = defaultdict(Counter)
         for pk, lease_id, body, is_ack in items:
-            row = held.get(pk) if pk is not None else None
-            if row is None:
+            if pk is None or (row := held.get(pk)) is None:
                 answers.append(Settled(TaskNotHeld))
                 continue
             if row[1] != lease_id:
@@ -249,9 +248,7 @@ def _settle_generic(acks: list[Settle], nacks: list[Settle], now: datetime) -> l
             if pk in done:
                 answers.append(Settled(TaskNotHeld))
                 continue
-            # pk is an int here (a None pk gets no row, and continued above); mypy does not carry
-            # that narrowing through the conditional expression.
-            done.add(pk)  # type: ignore[arg-type]
+            done.add(pk)
             _, _, attempts, max_attempts, queue, claimed_at, backoff = row
             if is_ack:
                 state, available_at = State.DONE.value, None

@@ -86,10 +86,9 @@ ENQUEUE_MANY_IN_CALLER_TRANSACTION = _enqueue_many(deferred=True)
 
 # The task's fields a claim answers, in API.md's order: the times last, made API text by SQL.
 _CLAIM_TIMES = ("created_at", "available_at")
-CLAIM_COLUMNS: tuple[str, ...] = (
-    "id", "payload", "attempts", "max_attempts", "queue", "priority", "type",
+CLAIM_COLUMNS = (
+    "id", "payload", "attempts", "max_attempts", "queue", "priority", "type", *_CLAIM_TIMES,
 )  # fmt: skip
-CLAIM_COLUMNS += _CLAIM_TIMES
 _CLAIM_ORDER = "priority, available_at, id"
 # What a claim answers: the times already as API text (no parsing and formatting per row), and
 # the claim order's keys beside them (the text of a time sorts only to the millisecond).
