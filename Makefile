@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-pg test-sqlite deps lint fmt bench bench-peers venv
+.PHONY: run test test-slow test-pg test-sqlite deps lint fmt bench bench-parked bench-peers venv ha-up ha-down
 
 venv: $(STAMP)
 
@@ -29,19 +29,38 @@ run: $(STAMP)
 	wait -n $$SWEEPER $$WEB
 
 # Every test the database allows: DATABASE_URL if set, else a fresh database on the local
-# PostgreSQL when one answers, else SQLite (PostgreSQL-only tests then skip, saying why).
-test: $(STAMP)
-	@bash tests/run.sh
+# PostgreSQL when one answers, else SQLite (PostgreSQL-only tests then skip, saying why). In
+# parallel, then the `serial` tests alone (tests/run.sh); the time printed includes the virtualenv.
+test:
+	@SECONDS=0; $(MAKE) --no-print-directory venv && bash tests/run.sh; status=$$?; \
+	echo "make test: $$((SECONDS / 60)) min $$((SECONDS % 60)) s, virtualenv included"; exit $$status
 
-# System packages the browser and PgBouncer tests drive (root, apt); .ci/run calls it.
+# The slow tests alone, one at a time: a restart of the local PostgreSQL, the failover of a
+# formation, every connection cut, a sweeper killed mid-batch, kill -9 of workers and broker
+# under load, 1000 parked long-polls, the schema fuzz
+# of every operation, admin at scale;
+# .ci/run runs them after `make test` on PostgreSQL.
+test-slow:
+	@SECONDS=0; $(MAKE) --no-print-directory venv && RUN_SLOW=1 bash tests/run.sh -m slow; \
+	status=$$?; echo "make test-slow: $$((SECONDS / 60)) min $$((SECONDS % 60)) s"; exit $$status
+
+# System packages the browser, PgBouncer and failover tests drive (root, apt); .ci/run calls it.
 deps:
 	@bash tests/deps.sh
 
-test-pg: $(STAMP)
-	@TEST_DB=postgres bash tests/run.sh
+# A local highly available PostgreSQL (pg_auto_failover: a monitor and three data nodes, after
+# `make deps`); prints the DATABASE_URL to use. HA_DIR, HA_PORT: see deploy/ha/formation.sh.
+ha-up:
+	@bash deploy/ha/formation.sh up
 
-test-sqlite: $(STAMP)
-	@TEST_DB=sqlite bash tests/run.sh
+ha-down:
+	@bash deploy/ha/formation.sh down
+
+test-pg:
+	@TEST_DB=postgres $(MAKE) --no-print-directory test
+
+test-sqlite:
+	@TEST_DB=sqlite $(MAKE) --no-print-directory test
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -57,6 +76,11 @@ fmt: $(STAMP)
 # Throughput and wake-up latency on a fresh PostgreSQL database (not a test; prints a table).
 bench: $(STAMP)
 	$(PY) bench/bench.py
+
+# One node (gunicorn.conf.py, 2 processes) holding N parked long-polls (default 10 000; N=...):
+# its CPU and memory while they wait, /healthz, enqueue and wake latency (docs/operations.md).
+bench-parked: $(STAMP)
+	$(PY) bench/parked.py $(N)
 
 # Our broker beside Celery, PGQueuer and Procrastinate, measured by ../shared/peers-bench in one run.
 bench-peers: $(STAMP)

@@ -1,13 +1,16 @@
 """gunicorn settings: `gunicorn` alone, in the repo root, serves the broker on :8080.
 
-Threads (gthread), not async: a parked long-poll is a thread blocked on an Event, which costs no
-CPU and no database connection (it gives its pooled connection back while it waits), and Django and
-DRF stay plain synchronous code. Keep-alive connections between requests wait in gunicorn's poller,
-not in a thread. Each process serves `threads` requests at once, parked ones included, so
-2 x 256 leaves room for hundreds of parked workers and the producers beside them.
+Threads (gthread), not async, so Django and DRF stay plain synchronous code; but a parked long-poll
+holds no thread: the parking worker (broker/parking/worker.py) hands its connection to one
+epoll loop per process until it is woken or its wait ends, and a thread serves it again then.
+Keep-alive connections between requests wait in gunicorn's poller, not in a thread either. So
+`threads` bounds the requests being worked on at once (2 x 256), and `worker_connections` the
+connections a process holds, parked polls included: 2 x 12 000 (docs/operations.md, "Idle
+workers"), each one a file descriptor, hence the open-file limit raised at start.
 """
 
 import os
+import resource
 
 from broker.api import gunicorn_errors
 
@@ -17,10 +20,12 @@ gunicorn_errors.install()
 
 wsgi_app = "queueproject.wsgi:application"
 bind = os.environ.get("BROKER_BIND", "0.0.0.0:8080")
-worker_class = "gthread"
+worker_class = "broker.parking.worker.ParkingWorker"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 threads = int(os.environ.get("GUNICORN_THREADS", "256"))
-worker_connections = 2000
+worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "12000"))
+# Open files a process may hold: each connection is one, plus the pool's, logs and pipes.
+OPEN_FILES = worker_connections + 1000
 # Long enough for a parked claim (30 s at most) to answer before a graceful stop ends.
 graceful_timeout = 35
 timeout = 60
@@ -28,3 +33,12 @@ keepalive = 75
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
 errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+
+
+def on_starting(server: object) -> None:
+    """Raise the soft open-file limit (inherited by the workers) toward OPEN_FILES, as far as the
+    hard limit allows; the default soft limit of 1024 would refuse connections past ~1000."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))

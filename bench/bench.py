@@ -17,9 +17,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import psycopg
-from harness import PG, ROOT, VENV_BIN, Conn, free_port, rss_mb, start, stop, wait_healthy
+from harness import (
+    ROOT,
+    VENV_BIN,
+    Conn,
+    broker_database,
+    free_port,
+    rss_mb,
+    start,
+    stop,
+    wait_healthy,
+)
 
 N = int(os.environ.get("BENCH_N", "5000"))
 BULK_N = int(os.environ.get("BENCH_BULK_N", "20000"))
@@ -167,66 +179,170 @@ def claim_beside_backlog(dsn: str, port: int, backlog: int) -> float:
     return statistics.median(times)
 
 
+def release_shapes(port: int) -> dict[str, float]:
+    """ms of the one ack that releases: the child of 100 parents (the most `after` allows), and
+    the 1000 children of one parent. Each a median of 5 rounds."""
+    client = Conn(port)
+
+    def held(queue: str, n: int) -> list[tuple[str, str]]:
+        client.call("POST", "/jobs/batch", {"jobs": [{"payload": i, "queue": queue}
+                                                     for i in range(n)]})  # fmt: skip
+        got = client.call("POST", "/jobs/claim", {"max": n, "wait_ms": 0, "queues": [queue]})[1]
+        return [(d["task"]["id"], d["lease_id"]) for d in got["deliveries"]]
+
+    def last_ack(task: tuple[str, str]) -> float:
+        t0 = time.perf_counter()
+        status, _ = client.call("POST", f"/jobs/{task[0]}/ack?lease_id={task[1]}")
+        assert status == 204, status
+        return (time.perf_counter() - t0) * 1000
+
+    fan_in, fan_out = [], []
+    for r in range(5):
+        parents = held(f"fan-in-{r}", 100)
+        child = {"payload": "c", "queue": f"fan-in-child-{r}", "after": [p for p, _ in parents]}
+        assert client.call("POST", "/jobs", child)[0] == 201
+        acks = [{"id": p, "lease_id": lease} for p, lease in parents[:-1]]
+        client.call("POST", "/jobs/ack", {"acks": acks})
+        fan_in.append(last_ack(parents[-1]))
+        (parent,) = held(f"fan-out-{r}", 1)
+        children = [{"payload": i, "queue": f"fan-out-child-{r}", "after": [parent[0]]}
+                    for i in range(1000)]  # fmt: skip
+        assert client.call("POST", "/jobs/batch", {"jobs": children})[0] == 201
+        fan_out.append(last_ack(parent))
+    return {
+        "release_child_of_100_parents_ms": round(statistics.median(fan_in), 2),
+        "release_1000_children_of_one_parent_ms": round(statistics.median(fan_out), 2),
+    }
+
+
+KEYS = int(os.environ.get("BENCH_KEYS", "10000"))
+KEYED_BACKLOG = int(os.environ.get("BENCH_KEYED_BACKLOG", "300000"))
+
+
+def claim_cycles(port: int, queue: str, rounds: int = 300) -> float:
+    """Median ms of a one-task claim from `queue` (each claimed task acked, untimed)."""
+    client = Conn(port)
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        status, got = client.call(
+            "POST", "/jobs/claim", {"max": 1, "wait_ms": 0, "queues": [queue]}
+        )
+        times.append((time.perf_counter() - t0) * 1000)
+        assert status == 200, status
+        (d,) = got["deliveries"]
+        assert (
+            client.call("POST", f"/jobs/{d['task']['id']}/ack?lease_id={d['lease_id']}")[0] == 204
+        )
+    return statistics.median(times)
+
+
+def key_claims(dsn: str, port: int) -> dict[str, float]:
+    """Claims from a plain queue, a fair one and an ordered one, each beside a big keyed backlog:
+    KEYED_BACKLOG ready tasks over KEYS keys (plain and fair), KEYS keys of 5 tasks (ordered)."""
+    client = Conn(port)
+    for start_at in range(0, 300, 100):
+        jobs = [{"payload": i, "queue": "alone"} for i in range(start_at, start_at + 100)]
+        assert client.call("POST", "/jobs/batch", {"jobs": jobs})[0] == 201
+    alone = claim_cycles(port, "alone")  # the same cycle with no key anywhere near: the baseline
+    assert client.call("PATCH", "/queues/fair", {"fair": True})[0] == 200
+    assert client.call("PATCH", "/queues/ordered", {"ordered": True})[0] == 200
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for queue in ("plain", "fair"):
+            conn.execute(
+                """INSERT INTO broker_task (state, queue, priority, payload, attempts,
+                       max_attempts, available_at, created_at, updated_at, key)
+                   SELECT 'ready', %s, 1, '{"line": "keyed"}', 0, 3, now(), now(), now(),
+                          'k' || (g %% %s) FROM generate_series(1, %s) g""",
+                [queue, KEYS, KEYED_BACKLOG],
+            )
+            conn.execute(
+                """INSERT INTO broker_keystate (queue, key, served_at)
+                   SELECT %s, 'k' || g, '1970-01-01' FROM generate_series(0, %s) g""",
+                [queue, KEYS - 1],
+            )
+    for start_at in range(0, KEYS * 5, 500):  # through the API: each waits for its key's last
+        jobs = [{"payload": i, "queue": "ordered", "key": f"k{i % KEYS}"}
+                for i in range(start_at, start_at + 500)]  # fmt: skip
+        assert client.call("POST", "/jobs/batch", {"jobs": jobs})[0] == 201
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        checkpoint(conn)
+    return {
+        "claim_plain_keyless_ms": round(alone, 2),
+        f"claim_plain_beside_{KEYED_BACKLOG // 1000}k_keyed_ms": round(
+            claim_cycles(port, "plain"), 2
+        ),
+        f"claim_fair_{KEYS}_keys_{KEYED_BACKLOG // 1000}k_backlog_ms": round(
+            claim_cycles(port, "fair"), 2
+        ),
+        f"claim_ordered_{KEYS}_keys_x5_ms": round(claim_cycles(port, "ordered"), 2),
+    }
+
+
+def everything(
+    results: dict[str, Any], dsn: str, port: int, port_b: int, procs: list[subprocess.Popen]
+) -> None:
+    results["rss_mb_before"] = round(rss_mb(procs[0]), 1)
+    results["enqueue_single_per_s"] = round(enqueue_single(port, N))
+    results["drain_single_per_s"] = round(drain(port, N, batch=False))
+    results["enqueue_bulk_per_s"] = round(enqueue_bulk(port, BULK_N))
+    results["drain_batch_per_s"] = round(drain(port, BULK_N, batch=True))
+    p50, p99 = wake(port, port_b)
+    results["wake_p50_ms"], results["wake_p99_ms"] = round(p50, 2), round(p99, 2)
+    fill(dsn, FINISHED_ROWS, "done", "default")
+    enqueue_single(port, N)
+    results["drain_single_1m_finished_per_s"] = round(drain(port, N, batch=False))
+    results["drain_1m_vs_empty"] = round(
+        results["drain_single_1m_finished_per_s"] / results["drain_single_per_s"], 2
+    )
+    results["rss_mb_after"] = round(rss_mb(procs[0]), 1)
+    results["claim_2_empty_queues_beside_300k_ready_ms"] = round(
+        claim_beside_backlog(dsn, port, 300_000), 2
+    )
+    results.update(release_shapes(port))
+    results.update(key_claims(dsn, port))
+
+
 def main() -> None:
-    results: dict[str, object] = dict(inprocess())
-    name = f"bench_broker_{int(time.time())}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = f"{PG}/{name}"
+    only_keys = sys.argv[1:] == ["keys"]  # `python bench/bench.py keys`: the key claims alone
+    results: dict[str, Any] = {} if only_keys else dict(inprocess())
     out = ROOT / "bench-out"
     out.mkdir(exist_ok=True)
-    env = dict(
-        os.environ,
-        DATABASE_URL=dsn,
-        DEBUG="False",
-        SECRET_KEY="bench-only",
-        ALLOWED_HOSTS="127.0.0.1",
-        LOG_LEVEL="WARNING",
-    )
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    port, port_b = free_port(), free_port()
-    procs = [
-        start([str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"], env, out / "gunicorn.log"),
-        start(
-            [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port_b}", "--workers", "1"],
-            env,
-            out / "gunicorn-b.log",
-        ),
-        start([sys.executable, "manage.py", "runsweeper"], env, out / "sweeper.log"),
-    ]
-    results.update(n=N, bulk_n=BULK_N, finished_rows=FINISHED_ROWS)
-    try:
-        wait_healthy(port)
-        wait_healthy(port_b)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            checkpoint(conn)
-        results["rss_mb_before"] = round(rss_mb(procs[0]), 1)
-        results["enqueue_single_per_s"] = round(enqueue_single(port, N))
-        results["drain_single_per_s"] = round(drain(port, N, batch=False))
-        results["enqueue_bulk_per_s"] = round(enqueue_bulk(port, BULK_N))
-        results["drain_batch_per_s"] = round(drain(port, BULK_N, batch=True))
-        p50, p99 = wake(port, port_b)
-        results["wake_p50_ms"], results["wake_p99_ms"] = round(p50, 2), round(p99, 2)
-        fill(dsn, FINISHED_ROWS, "done", "default")
-        enqueue_single(port, N)
-        results["drain_single_1m_finished_per_s"] = round(drain(port, N, batch=False))
-        results["drain_1m_vs_empty"] = round(
-            results["drain_single_1m_finished_per_s"] / results["drain_single_per_s"], 2
-        )
-        results["rss_mb_after"] = round(rss_mb(procs[0]), 1)
-        results["claim_2_empty_queues_beside_300k_ready_ms"] = round(
-            claim_beside_backlog(dsn, port, 300_000), 2
-        )
-    finally:
-        for p in procs:
-            stop(p, signal.SIGINT)
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    with broker_database("bench_broker") as (dsn, env):
+        port, port_b = free_port(), free_port()
+        gunicorn = str(VENV_BIN / "gunicorn")
+        procs = [
+            start([gunicorn, "-b", f"127.0.0.1:{port}"], env, out / "gunicorn.log"),
+            start(
+                [gunicorn, "-b", f"127.0.0.1:{port_b}", "--workers", "1"],
+                env,
+                out / "gunicorn-b.log",
+            ),
+            start([sys.executable, "manage.py", "runsweeper"], env, out / "sweeper.log"),
+        ]
+        results.update(n=N, bulk_n=BULK_N, finished_rows=FINISHED_ROWS)
+        try:
+            wait_healthy(port)
+            wait_healthy(port_b)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                checkpoint(conn)
+            if only_keys:
+                results.update(key_claims(dsn, port))
+            else:
+                everything(results, dsn, port, port_b, procs)
+        finally:
+            for p in procs:
+                stop(p, signal.SIGINT)
+    report(results, out / ("bench-keys.json" if only_keys else "bench.json"))
+
+
+def report(results: dict[str, object], to: Path) -> None:
+    to.write_text(json.dumps(results, indent=2))
     width = max(len(k) for k in results)
     for key, value in results.items():
         print(f"{key:<{width}}  {value}")
-    print(f"(also in {out / 'bench.json'})")
+    print(f"(also in {to})")
 
 
 if __name__ == "__main__":

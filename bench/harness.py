@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,27 @@ def rss_mb(proc: subprocess.Popen) -> float:
         return sum(x.memory_info().rss for x in [p, *p.children(recursive=True)]) / 2**20
     except psutil.NoSuchProcess:
         return float("nan")
+
+
+@contextmanager
+def broker_database(prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """A fresh, migrated PostgreSQL database, and the environment of a broker on it: (its URL,
+    the environment). Dropped afterwards, whoever still holds a connection."""
+    import psycopg
+
+    name = f"{prefix}_{int(time.time())}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = f"{PG}/{name}"
+    env = dict(
+        os.environ, DATABASE_URL=dsn, DEBUG="False", SECRET_KEY="bench-only",
+        ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING",
+    )  # fmt: skip
+    try:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
+        )
+        yield dsn, env
+    finally:
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -14,6 +14,7 @@ class BrokerConfig(AppConfig):
 
         from broker import checks, dbpool
 
-        connection_created.connect(dbpool.use_cheap_check, dispatch_uid="broker-cheap-check")
+        connection_created.connect(dbpool.tune_pool, dispatch_uid="broker-tune-pool")
         django_checks.register(checks.open_api, django_checks.Tags.security, deploy=True)
         django_checks.register(checks.secret_key_set, django_checks.Tags.security, deploy=True)
+        django_checks.register(checks.sqs_credentials_unused, django_checks.Tags.security)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
+
+log = logging.getLogger(__name__)
 
 MISSING_KEY_MESSAGE = "SECRET_KEY must be set in the environment when DEBUG is off."
 
@@ -31,6 +34,28 @@ def open_api(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             id="broker.W001",
         )
     ]
+
+
+def sqs_credentials_unused(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """broker.W002: SQS access keys given while the API is open, so nothing checks them."""
+    if not settings.BROKER_SQS_CREDENTIALS or settings.BROKER_API_TOKENS:
+        return []
+    return [
+        Warning(
+            "BROKER_SQS_CREDENTIALS is set but BROKER_API_TOKENS is empty: the API is open, so "
+            "SQS requests are not asked for a signature and the credentials are ignored.",
+            hint="Set BROKER_API_TOKENS to require signed SQS requests (and bearer tokens on "
+            "the native API), or drop BROKER_SQS_CREDENTIALS.",
+            id="broker.W002",
+        )
+    ]
+
+
+def warn_at_start() -> None:
+    """Log the warnings a deployment should not miss when the web server starts (gunicorn does
+    not run Django's system checks)."""
+    for message in sqs_credentials_unused():
+        log.warning("%s (%s) %s", message.msg, message.id, message.hint)
 
 
 def secret_key_set(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

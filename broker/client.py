@@ -8,11 +8,13 @@ tables.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from broker.exceptions import InvalidTaskError
 from contract.limits import (
+    DEFAULT_AFTER_POLICY,
     DEFAULT_DELAY_MS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
@@ -22,7 +24,7 @@ from contract.limits import (
     nests_at_most,
 )
 
-__all__ = ["InvalidTaskError", "enqueue"]
+__all__ = ["InvalidTaskError", "enqueue", "submit_workflow"]
 
 
 def enqueue(
@@ -35,6 +37,9 @@ def enqueue(
     run_after: datetime | None = None,
     type: str | None = None,
     idempotency_key: str | None = None,
+    key: str | None = None,
+    after: Sequence[str | int] | None = None,
+    after_policy: str = DEFAULT_AFTER_POLICY,
 ) -> str:
     """Store a task in the current transaction and return its id (a decimal string).
 
@@ -45,7 +50,10 @@ def enqueue(
 
     The arguments and their limits are those of `POST /jobs`; `run_after` (an aware datetime)
     is the alternative to `delay_ms`. With an idempotency key already kept, nothing is stored
-    and the first task's id comes back.
+    and the first task's id comes back. `key` (a tenant's, customer's or entity's id) is what the
+    queue's `fair`, `key_max_in_flight` and `ordered` settings share, cap and order by. With
+    `after` (task ids), the task starts blocked until those are done (or, with
+    `after_policy="finished"`, done, dead or cancelled).
 
     Raises InvalidTaskError (a ValueError) for anything `POST /jobs` would refuse.
     """
@@ -58,7 +66,10 @@ def enqueue(
         "delay_ms": _delay_ms(delay_ms, run_after),
         "type": type,
         "idempotency_key": idempotency_key,
+        "key": key,
     }
+    if after is not None:
+        options.update(after=[str(pk) for pk in after], after_policy=after_policy)
     try:
         spec = _validated(payload, options)
     except InvalidTaskError as exc:
@@ -101,3 +112,25 @@ def _validated(payload: Any, options: dict[str, Any]) -> Any:
         limit = settings.BROKER_MAX_BODY_BYTES
         raise InvalidTaskError({"payload": [f"Longer than {limit} bytes as JSON."]})
     return validation.new_task({"payload": value, **options})
+
+
+def submit_workflow(name: str, steps: Sequence[dict[str, Any]]) -> tuple[str, dict[str, str]]:
+    """Store a workflow in the current transaction, as `POST /workflows` would: steps of
+    {"ref", "job": <a POST /jobs body, "key" included>, "after": [refs], "after_policy"}, all
+    or nothing.
+    Returns (workflow id, {ref: task id}).
+
+    Raises InvalidTaskError (a ValueError) naming each problem as the API would
+    (`steps.3.after.0`, a cycle, a bad job).
+    """
+    from broker import queue as broker_queue
+    from broker.workflows import graph
+
+    try:
+        checked_name, checked_steps = graph.checked({"name": name, "steps": list(steps)})
+    except graph.WorkflowError as exc:
+        raise InvalidTaskError(exc.fields) from None
+    workflow_id, tasks = broker_queue.enqueue_graph(
+        checked_name, [(s.ref, s.task, s.after, s.after_policy) for s in checked_steps]
+    )
+    return str(workflow_id), {ref: str(pk) for ref, pk in tasks.items()}

@@ -1,9 +1,17 @@
-"""A pooled-connection health check that costs a syscall, not a round trip, per request."""
+"""The PostgreSQL pool's tuning: a health check that costs a syscall, not a round trip, per
+request, and reconnect attempts spaced evenly instead of 1, 2, 4, 8 ... seconds apart, at most one
+going out per interval however many connections the pool lost."""
 
 from __future__ import annotations
 
+import logging
+import math
 import select
-from typing import Any
+import threading
+import time
+from typing import Any, ClassVar
+
+import psycopg
 
 
 def check_if_disturbed(conn: Any) -> None:
@@ -13,6 +21,10 @@ def check_if_disturbed(conn: Any) -> None:
     (end of file, or an error message), so only then pay psycopg_pool's round-trip check, which
     raises and makes the pool drop the connection. Profiled (py-spy, enqueue/claim/ack): the
     round trip on every checkout was 23% of a gunicorn worker's samples.
+
+    A disturbed connection means its server went away: the other idle ones are as stale, and the
+    pool would find them one by one, sleeping a reconnect interval after each. They are all
+    checked (and the broken ones replaced) at once instead.
     """
     from psycopg import OperationalError
     from psycopg_pool import ConnectionPool
@@ -21,18 +33,118 @@ def check_if_disturbed(conn: Any) -> None:
         raise OperationalError("connection is closed")
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     if readable:
-        ConnectionPool.check_connection(conn)
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            pool = getattr(conn, "_pool", None)
+            if pool is not None:
+                pool.check()
+            raise
 
 
-def use_cheap_check(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """connection_created receiver: give the pool behind `connection` check_if_disturbed.
+def reconnect_every(seconds: float) -> None:
+    """Space the pool's reconnect attempts (and its pauses between two failed checks of a
+    checkout) `seconds` apart, evenly.
+
+    psycopg_pool retries a lost connection after 1, 2, 4, 8 ... seconds: a primary writable again
+    after a 10 s failover waited for the retry at 15 s (12.4 s measured), in every process. Its
+    schedule has no parameter but these class constants, which every pool of the process reads.
+    """
+    from psycopg_pool.base import AttemptWithBackoff
+
+    AttemptWithBackoff.INITIAL_DELAY = seconds
+    AttemptWithBackoff.DELAY_BACKOFF = 1.0
+
+
+class _Gate:
+    """When this process last failed to connect to PostgreSQL."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed_at = -math.inf
+
+    def shut(self, every_s: float) -> bool:
+        """Whether an attempt failed less than (about) every_s ago."""
+        with self._lock:
+            return time.monotonic() - self._failed_at < every_s * 0.9
+
+    def record(self, ok: bool) -> None:
+        with self._lock:
+            self._failed_at = -math.inf if ok else time.monotonic()
+
+
+_gate = _Gate()
+
+
+class GatedConnection(psycopg.Connection):
+    """The pool's connections. A pool that lost its 16 connections retries each of them on its
+    own schedule: with attempts BROKER_DB_RECONNECT_MS apart, 80 a second per process, each one a
+    full connection to a standby that refuses it (target_session_attrs=read-write), right when
+    the standbys are busy promoting one of themselves. So while an attempt failed less than an
+    interval ago, the others fail at once without going out: one real attempt per interval per
+    process, and the first that succeeds opens the way for all."""
+
+    every_s: ClassVar[float] = 0.2
+
+    @classmethod
+    def connect(cls, *args: Any, **kwargs: Any) -> Any:
+        if _gate.shut(cls.every_s):
+            raise psycopg.OperationalError(
+                "not connecting: an attempt failed less than BROKER_DB_RECONNECT_MS ago"
+            )
+        try:
+            conn = super().connect(*args, **kwargs)
+        except psycopg.OperationalError:
+            _gate.record(ok=False)
+            raise
+        _gate.record(ok=True)
+        return conn
+
+
+class QuietReconnects(logging.Filter):
+    """psycopg_pool logs a warning for each failed attempt to reconnect, several a second while
+    the database is away: the first passes, then one every EVERY_S, counting the rest."""
+
+    EVERY_S = 10.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+        self._quiet = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("error connecting"):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.EVERY_S:
+            self._quiet += 1
+            return False
+        if self._quiet:
+            record.msg = f"{record.msg} (and {self._quiet} more failed attempts since the last)"
+        self._last, self._quiet = now, 0
+        return True
+
+
+def tune_pool(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """connection_created receiver: the reconnect spacing (BROKER_DB_RECONNECT_MS) and its gate
+    and, with CONN_HEALTH_CHECKS, check_if_disturbed for the pool behind `connection`.
 
     Done on first use, not at start-up: the pool must be the one for the database in use
     (tests swap in their own), and Django builds it lazily with the round-trip check.
     """
-    if connection.vendor != "postgresql" or not connection.settings_dict.get("CONN_HEALTH_CHECKS"):
+    if connection.vendor != "postgresql" or connection.pool is None:
         return
+    from django.conf import settings
+
+    every_s = settings.BROKER_DB_RECONNECT_MS / 1000
+    reconnect_every(every_s)
+    GatedConnection.every_s = every_s
     pool = connection.pool
+    # Read at each new connection; the first, made before this ran, needed no gate.
+    if pool.connection_class is psycopg.Connection:
+        pool.connection_class = GatedConnection
+    if not connection.settings_dict.get("CONN_HEALTH_CHECKS"):
+        return
     # psycopg_pool keeps the check it was built with here; Django offers no setting for another.
-    if pool is not None and pool._check is not check_if_disturbed:
+    if pool._check is not check_if_disturbed:
         pool._check = check_if_disturbed

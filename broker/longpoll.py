@@ -1,5 +1,11 @@
 """A claim that waits: park without a database connection until woken, the wait ends, or the
-client goes away (a client that left is never handed a task: it would burn an attempt)."""
+client goes away (a client that left is never handed a task: it would burn an attempt). An outage
+of the database is waited out quietly, like an empty queue.
+
+Served by gunicorn's parking worker (the request carries a `broker.parking.loop.Slot`), a parked
+claim holds no thread: it waits in the process's parking loop and each wake-up serves the request
+again (`_claim_parked`). Anywhere else (the test client, runserver) its thread waits on an Event.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,24 @@ import math
 import select
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from broker import queue
 from broker.claimers import claim_log
+from broker.parking.loop import ENVIRON_KEY, Parked, Slot
 from broker.queue import Delivery
-from broker.wakeup import hub
+from broker.wakeup import Waiter, hub
 
 # How often a parked claim looks at its socket; a syscall, no database work.
 GONE_CHECK_S = 0.5
-# How often a parked claim polls the database itself while the hub cannot listen.
+# How often a parked claim polls the database itself while the hub's listener is deaf.
 DEGRADED_POLL_S = 0.25
+# What a claim meets while PostgreSQL cannot be reached: a broken connection, or none to be had
+# from the pool within BROKER_DB_POOL_TIMEOUT.
+AWAY_ERRORS = (OperationalError, InterfaceError)
 
 
 # The peer shut its sending side (FIN): Linux reports it even with unread bytes queued before it.
@@ -64,9 +75,34 @@ def socket_gone(sock: socket.socket | None) -> Callable[[], bool]:
     return gone_by_peek
 
 
+def parking_of(meta: Mapping[str, Any]) -> Slot | None:
+    """The request's parking slot (request.META), if its server parks claims without a thread."""
+    slot = meta.get(ENVIRON_KEY)
+    return slot if isinstance(slot, Slot) else None
+
+
+def once(parking: Slot | None, key: str, work: Callable[[], Any]) -> Any:
+    """`work()`, done on a parked request's first dispatch only (its answer kept for the next)."""
+    return work() if parking is None else parking.once(key, work)
+
+
 def _look_again_at(retry_in: float | None) -> float:
     """The monotonic time to claim again without a wake-up (infinity: only when woken)."""
     return math.inf if retry_in is None else time.monotonic() + retry_in
+
+
+Looked = tuple[list[Delivery], DatabaseError | None]
+
+
+def _look(queues: list[str] | None, lease_ms: int, limit: int, worker: str | None) -> Looked:
+    """Claim, or the error that says PostgreSQL cannot be reached (a restart, a failover): a
+    parked claim waits that out. Any other error, or one inside a caller's transaction, raises."""
+    try:
+        return queue.claim(queues, lease_ms, limit, worker), None
+    except AWAY_ERRORS as exc:
+        if connection.in_atomic_block:
+            raise
+        return [], exc
 
 
 def claim_wait(
@@ -77,15 +113,38 @@ def claim_wait(
     limit: int = 1,
     worker: str | None = None,
     gone: Callable[[], bool] = lambda: False,
+    parking: Slot | None = None,
 ) -> list[Delivery]:
-    """Claim up to `limit` tasks, waiting up to `wait_ms` for the first to become ready."""
+    """Claim up to `limit` tasks, waiting up to `wait_ms` for the first to become ready.
+
+    With `parking`, a claim that must wait raises `Parked` instead of blocking its thread, and
+    the request's next dispatch goes on from where it parked.
+
+    While PostgreSQL cannot be reached the claim waits quietly (the hub wakes it when its
+    listener is back) and answers like any other at the end of its wait; it raises the database
+    error (a 503) only when the database is still away then.
+    """
+    if queues:
+        queues = list(dict.fromkeys(queues))  # `a,a` is `a`: a queue named twice is taken once
+    if parking is not None and isinstance(parking.wait, _Wait):
+        return _claim_parked(parking, parking.wait, False, queues, lease_ms, limit, worker, gone)
     deadline = time.monotonic() + wait_ms / 1000
     if gone():
         return []
-    claim_log.seen(queues)  # for `waiting`'s no_workers: memory only, written once a second
-    # A busy queue answers at once, without the bookkeeping of parking.
-    got = queue.claim(queues, lease_ms, limit, worker)
+    claim_log.seen(queues)  # for `waiting`'s no_workers: a statement at most once a second
+    if parking is not None and wait_ms > 0:
+        # Park first, then look once: a task made ready before the look is found by it, one
+        # after wakes the parked claim. One claim query to open an idle poll, not two; parking
+        # in the hub costs microseconds. While the database is away, no look (as below).
+        waiter = hub.park(frozenset(queues) if queues else None)
+        wait = _Wait(waiter, deadline, _away() if hub.away else None)
+        return _claim_parked(parking, wait, True, queues, lease_ms, limit, worker, gone)
+    # A busy queue answers at once, without the bookkeeping of parking. Not while the listener
+    # knows the database is away: a look would wait BROKER_DB_POOL_TIMEOUT for a connection.
+    got, lost = ([], _away()) if hub.away else _look(queues, lease_ms, limit, worker)
     if got or wait_ms <= 0:
+        if lost is not None:
+            raise lost
         return got
     # Park, then look again before waiting: a task that became ready between the first look and
     # the park has already sent its wake-up, which only a parked claim would have heard.
@@ -98,10 +157,12 @@ def claim_wait(
             held = hub.take(waiter)
             if gone():
                 return []
-            got = queue.claim(queues, lease_ms, limit, worker)
-            held = None  # the claim looked: whatever the wake announced, it was seen
-            if got:
-                return got
+            if not hub.away:
+                got, lost = _look(queues, lease_ms, limit, worker)
+                if lost is None:
+                    held = None  # the claim looked: whatever the wake announced, it was seen
+                if got:
+                    return got
             look_again = _look_again_at(getattr(got, "retry_in", None))
             # Give the connection back (to the pool on PostgreSQL) for the whole wait; not when a
             # caller's transaction holds it (tests, transactional callers).
@@ -111,19 +172,104 @@ def claim_wait(
                 now = time.monotonic()
                 remaining = deadline - now
                 if remaining <= 0:
-                    return []
+                    return _last_look(queues, lease_ms, limit, worker, lost)
                 if now >= look_again:
                     break  # a rate limit's next token: no wake-up announces one
-                tick = (
-                    GONE_CHECK_S
-                    if hub.listening or connection.vendor != "postgresql"
-                    else (DEGRADED_POLL_S)
-                )
+                # Connected but deaf (behind a transaction-mode pooler): poll. Away: the
+                # listener's reconnection wakes every parked claim.
+                deaf = connection.vendor == "postgresql" and not hub.listening and not hub.away
+                tick = DEGRADED_POLL_S if deaf else GONE_CHECK_S
                 if waiter.event.wait(min(remaining, tick, max(look_again - now, 0))):
                     break
                 if gone():
                     return []
-                if connection.vendor == "postgresql" and not hub.listening:
+                if deaf:
                     break
     finally:
         hub.unpark(waiter, held)
+
+
+class _Wait:
+    """A parked claim between dispatches of its request (Slot.wait)."""
+
+    __slots__ = ("deadline", "held", "lost", "waiter")
+
+    def __init__(self, waiter: Waiter, deadline: float, lost: DatabaseError | None) -> None:
+        self.waiter = waiter
+        self.deadline = deadline
+        self.lost = lost
+        # A wake taken but not looked at (as in claim_wait's loop): passed on if the poll ends.
+        self.held: str | None = None
+
+    def release(self) -> None:
+        hub.unpark(self.waiter, self.held)
+
+
+def _claim_parked(
+    slot: Slot,
+    wait: _Wait,
+    first: bool,
+    queues: list[str] | None,
+    lease_ms: int,
+    limit: int,
+    worker: str | None,
+    gone: Callable[[], bool],
+) -> list[Delivery]:
+    """One dispatch of a claim parked in the loop: claim_wait's loop, with `raise Parked` where
+    that waits on the Event. `first`: right after hub.park (look, whatever woke it)."""
+    slot.wait = None  # owned by this dispatch until it parks again
+    parked = False
+    try:
+        while True:
+            woken = wait.held = hub.take(wait.waiter)
+            if gone():
+                return []
+            if not first and woken is None and time.monotonic() >= wait.deadline:
+                return _last_look(queues, lease_ms, limit, worker, wait.lost)
+            first = False
+            got: list[Delivery] = []
+            if not hub.away:
+                got, wait.lost = _look(queues, lease_ms, limit, worker)
+                if wait.lost is None:
+                    wait.held = None
+                if got:
+                    return got
+            look_again = _look_again_at(getattr(got, "retry_in", None))
+            if not connection.in_atomic_block:
+                connection.close()
+            now = time.monotonic()
+            if now >= wait.deadline:
+                return _last_look(queues, lease_ms, limit, worker, wait.lost)
+            if now >= look_again:
+                continue
+            deaf = connection.vendor == "postgresql" and not hub.listening and not hub.away
+            due = min(wait.deadline, look_again, now + DEGRADED_POLL_S if deaf else math.inf)
+            slot.wait = wait
+            parked = True
+            raise Parked(due)
+    finally:
+        if not parked:
+            hub.unpark(wait.waiter, wait.held)
+
+
+def _last_look(
+    queues: list[str] | None,
+    lease_ms: int,
+    limit: int,
+    worker: str | None,
+    lost: DatabaseError | None,
+) -> list[Delivery]:
+    """The wait is over: nothing (204), unless the database is still away (raise: a 503). A last
+    look that failed is tried once more now that it is back."""
+    if hub.away:
+        raise lost or _away()
+    if lost is None:
+        return []
+    got, lost = _look(queues, lease_ms, limit, worker)
+    if lost is not None:
+        raise lost
+    return got
+
+
+def _away() -> DatabaseError:
+    return OperationalError("the database cannot be reached (the wake-up listener lost it)")

@@ -49,6 +49,7 @@ GAUGE_METRICS: dict[str, tuple[str, State]] = {
     "queue_running_jobs": ("Tasks handed out to a worker now.", State.HANDED_OUT),
     "queue_delayed_jobs": ("Tasks waiting out a delay or a retry backoff now.", State.DELAYED),
     "queue_dead_jobs": ("Tasks in the dead-letter queue now.", State.DEAD),
+    "queue_blocked_jobs": ("Tasks waiting for the tasks they name in `after` now.", State.BLOCKED),
 }
 
 # Always shown, even when idle, so sum() over the gauges is 0 rather than "no data".

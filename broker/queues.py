@@ -1,4 +1,5 @@
-"""Queue settings: paused, max_in_flight, rate_per_s. Not task state (broker.queue owns that):
+"""Queue settings: paused, max_in_flight, rate_per_s, fair, key_max_in_flight, ordered. Not task
+state (broker.queue owns that, keys.unorder included):
 the API, admin and tests change them only through update() here."""
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from django.db import transaction
 from broker import queue
 from broker.exceptions import BrokerError, InvalidFields
 from broker.models import CounterDelta, Queue, QueueCounter, SqsQueue
-from broker.queue import restricted
+from broker.queue import keys, restricted
 from broker.queue.base import current_time
 from broker.queue.counters import LEGACY_QUEUE
 from broker.wakeup import announce
 from contract.limits import MAX_IN_FLIGHT, MAX_RATE_PER_S, QUEUE_MESSAGE, QUEUE_RE
 
-FIELDS = ("paused", "max_in_flight", "rate_per_s")
-GAUGES = ("ready", "handed_out", "delayed", "dead")
+FIELDS = ("paused", "max_in_flight", "rate_per_s", "fair", "key_max_in_flight", "ordered")
+GAUGES = ("ready", "handed_out", "delayed", "dead", "blocked")
 # Parked claimers of a queue woken when its settings loosen: each looks once, those that find
 # nothing park again.
 WAKE_ON_CHANGE = 1000
@@ -33,12 +34,13 @@ class QueueNotFound(BrokerError):
 def problems(changes: dict[str, Any]) -> dict[str, list[str]]:
     """What is wrong with a PATCH /queues/{name} body, by field (empty: nothing)."""
     found = {key: ["Unknown field."] for key in changes if key not in FIELDS}
-    if "paused" in changes and type(changes["paused"]) is not bool:
-        found["paused"] = ["Must be true or false."]
-    if "max_in_flight" in changes:
-        value = changes["max_in_flight"]
+    for flag in ("paused", "fair", "ordered"):
+        if flag in changes and type(changes[flag]) is not bool:
+            found[flag] = ["Must be true or false."]
+    for cap in ("max_in_flight", "key_max_in_flight"):
+        value = changes.get(cap)
         if value is not None and (type(value) is not int or not 1 <= value <= MAX_IN_FLIGHT):
-            found["max_in_flight"] = [f"Must be an integer from 1 to {MAX_IN_FLIGHT}, or null."]
+            found[cap] = [f"Must be an integer from 1 to {MAX_IN_FLIGHT}, or null."]
     if "rate_per_s" in changes:
         value = changes["rate_per_s"]
         if value is not None and (
@@ -70,6 +72,9 @@ def _shape(name: str, row: Queue | None, gauges: dict[str, int]) -> dict[str, An
         "paused": bool(row and row.paused),
         "max_in_flight": row.max_in_flight if row else None,
         "rate_per_s": row.rate_per_s if row else None,
+        "fair": bool(row and row.fair),
+        "key_max_in_flight": row.key_max_in_flight if row else None,
+        "ordered": bool(row and row.ordered),
         **{g: gauges.get(g, 0) for g in GAUGES},
     }
 
@@ -108,9 +113,16 @@ def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
     if bad:
         raise SettingsError(bad)
     with transaction.atomic():
-        row = Queue.objects.select_for_update().filter(name=name).first() or Queue(name=name)
+        # The row first (INSERT ... ON CONFLICT DO NOTHING), then its lock: clients that name a
+        # new queue at once all insert, and the losers of the unique key would fail; this way
+        # they wait for the first insert to commit, then each applies its change in turn.
+        ensure_rows([name])
+        row = Queue.objects.select_for_update().get(name=name)
+        unordered = row.ordered and changes.get("ordered") is False
         loosened = _apply(row, changes)
         row.save()
+        if unordered:
+            keys.unorder(name)  # every task waiting for its key's turn: claimable now
         if loosened:
             announce({name: WAKE_ON_CHANGE})
     restricted.forget_hints()
@@ -152,6 +164,14 @@ def _apply(row: Queue, changes: dict[str, Any]) -> bool:
             row.tokens, row.refilled_at = min(held, max(1.0, float(new_rate))), at
         loosened |= old_rate is not None and (new_rate is None or new_rate > old_rate)
         row.rate_per_s = None if new_rate is None else float(new_rate)
+    if "key_max_in_flight" in changes:
+        new, old = changes["key_max_in_flight"], row.key_max_in_flight
+        loosened |= old is not None and (new is None or new > old)
+        row.key_max_in_flight = new
+    for flag in ("fair", "ordered"):
+        if flag in changes:
+            loosened |= getattr(row, flag) and not changes[flag]
+            setattr(row, flag, changes[flag])
     return loosened
 
 

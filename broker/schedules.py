@@ -22,7 +22,13 @@ from broker import queue, validation
 from broker.exceptions import BrokerError, InvalidFields, InvalidTaskError
 from broker.models import Schedule
 from broker.queue.base import current_time
-from contract.limits import MAX_CRON, MAX_EVERY_S, SCHEDULE_NAME_RE, SCHEDULE_NAME_RULE
+from contract.limits import (
+    MAX_CRON,
+    MAX_EVERY_S,
+    MAX_TIMEZONE,
+    SCHEDULE_NAME_RE,
+    SCHEDULE_NAME_RULE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +107,13 @@ def _timing_problems(timing: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def _zone_ok(zone: str) -> bool:
+    # ZoneInfo reads the name as a path under the tz database: a folder ("America") raises
+    # IsADirectoryError, a name over the file system's limit OSError; neither is a zone.
+    if len(zone) > MAX_TIMEZONE:
+        return False
     try:
         ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return False
     return True
 
@@ -163,8 +173,16 @@ def checked(body: Any, current: Schedule | None) -> dict[str, Any]:
 # -- changes --------------------------------------------------------------------------------------
 
 
+def _named(name: str) -> str:
+    """The name, when one could exist; a name no schedule can have (say, with U+0000, which
+    PostgreSQL refuses in a query) is ScheduleNotFound without asking the database."""
+    if not SCHEDULE_NAME_RE.fullmatch(name):
+        raise ScheduleNotFound()
+    return name
+
+
 def get(name: str) -> Schedule:
-    found = Schedule.objects.filter(name=name).first()
+    found = Schedule.objects.filter(name=_named(name)).first()
     if found is None:
         raise ScheduleNotFound()
     return found
@@ -188,6 +206,7 @@ def update(name: str, body: Any) -> Schedule:
     """Apply a PATCH body. A timing change recomputes next_run_at; a resume fires next at the
     first due time after now, not for the paused stretch. Raises ScheduleError, ScheduleNotFound.
     """
+    name = _named(name)
     with transaction.atomic():
         schedule = Schedule.objects.select_for_update().filter(name=name).first()
         if schedule is None:
@@ -217,7 +236,7 @@ def set_paused(names: list[str], paused: bool) -> int:
 
 
 def delete(name: str) -> None:
-    if not Schedule.objects.filter(name=name).delete()[0]:
+    if not Schedule.objects.filter(name=_named(name)).delete()[0]:
         raise ScheduleNotFound()
 
 

@@ -42,6 +42,8 @@ else:
 class State(_TextChoices):
     """Where a task is; a task is always in exactly one state."""
 
+    BLOCKED = "blocked", "blocked"
+    """Waiting for the tasks it names in `after` to finish; released to ready or delayed."""
     READY = "ready", "ready"
     """Waiting to be claimed."""
     HANDED_OUT = "handed_out", "handed out"
@@ -56,7 +58,7 @@ class State(_TextChoices):
     """Cancelled through DELETE /jobs/{id}."""
 
 
-GAUGE_STATES = (State.READY, State.HANDED_OUT, State.DELAYED, State.DEAD)
+GAUGE_STATES = (State.READY, State.HANDED_OUT, State.DELAYED, State.DEAD, State.BLOCKED)
 FINISHED_STATES = (State.DONE, State.CANCELLED)
 
 # Lifetime counters: name → what it counts. The counter rows, the SQL that moves them, /stats
@@ -72,6 +74,7 @@ COUNTERS: dict[str, str] = {
     "buried": "Tasks moved to the dead-letter queue.",
     "requeued": "Tasks requeued out of the dead-letter queue.",
     "cancelled": "Tasks cancelled.",
+    "released": "Blocked tasks released to ready or delayed (what they waited for finished).",
 }
 
 # event: (from states, to state, counters moved). nack and reclaim fork on attempts left:
@@ -79,6 +82,10 @@ COUNTERS: dict[str, str] = {
 TRANSITIONS: dict[str, tuple[frozenset[str], str, tuple[str, ...]]] = {
     "enqueue": (frozenset(), State.READY, ("enqueued",)),
     "enqueue_delayed": (frozenset(), State.DELAYED, ("enqueued",)),
+    "enqueue_blocked": (frozenset(), State.BLOCKED, ("enqueued",)),
+    # The last task a blocked one waits for finished: ready, or delayed for its delay_ms.
+    "unblock": (frozenset({State.BLOCKED}), State.READY, ("released",)),
+    "unblock_delayed": (frozenset({State.BLOCKED}), State.DELAYED, ("released",)),
     "claim": (frozenset({State.READY}), State.HANDED_OUT, ("delivered",)),
     "ack": (frozenset({State.HANDED_OUT}), State.DONE, ("acked",)),
     "nack_retry": (frozenset({State.HANDED_OUT}), State.DELAYED, ("nacked", "retried")),
@@ -89,9 +96,12 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str, tuple[str, ...]]] = {
     # A failed attempt of a task without backoff (an SQS message: a lapsed visibility timeout, or
     # ChangeMessageVisibility to 0) is ready again at once; out of attempts it is "reclaim_bury".
     "release": (frozenset({State.HANDED_OUT}), State.READY, ("reclaimed", "retried")),
+    # SQS's DeleteMessage with the latest receipt handle of a message whose visibility timeout
+    # lapsed (or was set to 0) and that nobody has received since: it is deleted, as an ack.
+    "ack_lapsed": (frozenset({State.READY, State.DELAYED}), State.DONE, ("acked",)),
     "requeue": (frozenset({State.DEAD}), State.READY, ("requeued",)),
     "cancel": (
-        frozenset({State.READY, State.DELAYED, State.HANDED_OUT}),
+        frozenset({State.READY, State.DELAYED, State.HANDED_OUT, State.BLOCKED}),
         State.CANCELLED,
         ("cancelled",),
     ),

@@ -1,21 +1,39 @@
 """One sweep: reclaim expired leases, promote delayed tasks that are due (which wakes claimers),
-fire the schedules that are due, and prune finished tasks older than BROKER_RETENTION."""
+fire the schedules that are due, prune finished tasks older than BROKER_RETENTION, claim
+notes older than `waiting` reads and FIFO queues' expired deduplication ids, and record history
+(broker/history); and a sweeper's memory of losing the database (OutageWatch)."""
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
+from django.db import connection
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from broker import queue, schedules
+from broker import claimers, queue, schedules
+from broker.history import recorder as history
+from broker.models import Task, Workflow
+from broker.queue import keys
+from broker.queue.base import current_time
+from broker.sqs import dedup
 
 log = logging.getLogger(__name__)
 
 # Batches of pruning per sweep: a backlog (the first sweep after a long time) is worked off over
 # many ticks, so reclaiming leases never waits behind a long delete.
 PRUNE_BATCHES_PER_SWEEP = 10
+# A sweep that took longer than this to reach the database (a pool reconnecting to a new primary)
+# treats the wait as an outage, as if it had failed (OutageWatch).
+OUTAGE_GAP_S = 2.0
+# How often a running sweeper does the housekeeping (pruning, history): nothing waits on it, and
+# it was two thirds of an idle sweep's statements (a sweeper ticks every 250 ms, 50 in tests).
+HOUSEKEEPING_EVERY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,30 +44,46 @@ class Sweep:
     fired: int = 0
 
 
-def sweep_once(batch: int = 500) -> Sweep:
-    """Run each move until nothing is left to move, in batches that hold locks briefly."""
-    reclaimed = promoted = 0
-    while (n := queue.reclaim_expired(limit=batch)) > 0:
+def sweep_once(batch: int = 500, *, record_now: bool = False, housekeeping: bool = True) -> Sweep:
+    """Run each move until nothing is left to move, in batches that hold locks briefly; then,
+    with `housekeeping`, prune and record history (at most once a second across sweepers,
+    unless `record_now`)."""
+    todo = queue.pending(current_time())
+    reclaimed = promoted = fired = 0
+    while todo.expired and (n := queue.reclaim_expired(limit=batch)) > 0:
         reclaimed += n
         if n < batch:
             break
-    while (n := queue.promote_delayed(limit=batch * 2)) > 0:
+    while todo.due and (n := queue.promote_delayed(limit=batch * 2)) > 0:
         promoted += n
         if n < batch * 2:
             break
-    fired = 0
-    while (n := schedules.fire_due(limit=batch)) > 0:
+    while todo.scheduled and (n := schedules.fire_due(limit=batch)) > 0:
         fired += n
         if n < batch:
             break
     # Counts made inside callers' transactions (schedules' enqueues too) join the shared rows.
-    while queue.fold_deltas(limit=batch * 2) == batch * 2:
+    while (todo.deltas or fired) and queue.fold_deltas(limit=batch * 2) == batch * 2:
         pass
-    pruned = prune(batch)
+    pruned = _housekeeping(batch, record_now) if housekeeping else 0
     if reclaimed or promoted or pruned or fired:
         log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %d schedules",
                  reclaimed, promoted, pruned, fired)  # fmt: skip
     return Sweep(reclaimed, promoted, pruned, fired)
+
+
+def _housekeeping(batch: int, record_now: bool) -> int:
+    """What only keeps the tables small, and history: finished tasks past retention (how many
+    went), claim notes, idle keys, expired deduplication ids, lapsed reclaim holds."""
+    pruned = prune(batch)
+    claimers.prune()
+    keys.prune()
+    for _ in range(PRUNE_BATCHES_PER_SWEEP):
+        if dedup.prune(batch) < batch:
+            break
+    history.record(force=record_now)
+    queue.prune_holds(current_time())
+    return pruned
 
 
 def prune(batch: int = 500, max_batches: int = PRUNE_BATCHES_PER_SWEEP) -> int:
@@ -64,4 +98,65 @@ def prune(batch: int = 500, max_batches: int = PRUNE_BATCHES_PER_SWEEP) -> int:
         pruned += n
         if n < batch:
             break
+    if pruned:
+        prune_workflows(older_than, batch)
     return pruned
+
+
+def prune_workflows(older_than: datetime, batch: int = 500) -> int:
+    """Delete up to `batch` workflows made before `older_than` whose steps were all pruned."""
+    emptied = (
+        Workflow.objects.filter(created_at__lt=older_than)
+        .exclude(Exists(Task.objects.filter(workflow_id=OuterRef("pk"))))
+        .order_by("pk")
+        .values_list("pk", flat=True)[:batch]
+    )
+    deleted: int = Workflow.objects.filter(pk__in=list(emptied)).delete()[0]
+    return deleted
+
+
+class OutageWatch:
+    """One sweeper's view of the database across its sweeps.
+
+    The database was away (a restart, a failover) when a sweep failed for want of it, or when a
+    sweep waited over OUTAGE_GAP_S (or four intervals) to reach it (its connection, from a pool
+    that was reconnecting). The outage began at the last sweep that reached it: everything that
+    expired before was reclaimed then. The first sweep back records a hold (queue.hold_reclaims)
+    before it reclaims anything: the leases that ended since are not reclaimed until
+    BROKER_OUTAGE_GRACE_MS after now, by this sweeper or any other, so that the workers whose
+    acks met the outage too get to settle them.
+    """
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        self.gap_s = max(OUTAGE_GAP_S, 4 * interval_s)
+        # Before the first sweep the process's start is the last moment known to be swept.
+        self.last_swept = self.last_done = current_time()
+        self.lost_since: datetime | None = None
+        self.kept_at = -math.inf  # time.monotonic() of the last housekeeping
+
+    def failed(self) -> None:
+        """A sweep failed for want of the database."""
+        if self.lost_since is None:
+            self.lost_since = self.last_swept
+
+    def sweep(self, batch: int = 500) -> Sweep:
+        """sweep_once(), after recording the hold an outage calls for; raises as it does."""
+        connection.ensure_connection()  # from the pool: the wait is the outage, if any
+        reached = current_time()
+        since = self.lost_since
+        if since is None and (reached - self.last_done).total_seconds() > self.gap_s:
+            since = self.last_swept
+        if since is not None:
+            until = queue.hold_reclaims(since, reached)
+            log.warning(
+                "database back after %.1f s without it: leases that ended since %s are held"
+                " until %s", (reached - since).total_seconds(), since.isoformat(),
+                until.isoformat(),
+            )  # fmt: skip
+            self.lost_since = None
+        keep = time.monotonic() - self.kept_at >= HOUSEKEEPING_EVERY_S
+        result = sweep_once(batch, housekeeping=keep)
+        if keep:
+            self.kept_at = time.monotonic()
+        self.last_swept, self.last_done = reached, current_time()
+        return result

@@ -74,6 +74,35 @@ def _optional_exact(max_length: int) -> StrictString:
     )
 
 
+class TaskIdList(serializers.Field):
+    """`after`: 1 to MAX_AFTER distinct task ids (strings, as the API gives them out) → ints.
+    A bad or repeated item is named by its index (`after.2`)."""
+
+    def to_internal_value(self, data: Any) -> tuple[int, ...]:
+        if not isinstance(data, list) or not 1 <= len(data) <= limits.MAX_AFTER:
+            raise serializers.ValidationError(
+                f"Must be a list of 1 to {limits.MAX_AFTER} task ids."
+            )
+        problems: dict[int, list[str]] = {}
+        seen: set[int] = set()
+        ids: list[int] = []
+        for index, raw in enumerate(data):
+            pk = limits.parse_task_id(raw)
+            if pk is None:
+                problems[index] = ["Not a task id (a string this API gave out)."]
+            elif pk in seen:
+                problems[index] = ["Named twice."]
+            else:
+                seen.add(pk)
+                ids.append(pk)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return tuple(ids)
+
+    def to_representation(self, value: Any) -> Any:  # pragma: no cover -- parse only
+        return [str(pk) for pk in value]
+
+
 class EnqueueSerializer(StrictSerializer):
     """A POST /jobs body; the words of every enqueue error."""
 
@@ -93,6 +122,18 @@ class EnqueueSerializer(StrictSerializer):
     # Not trimmed: "sleep_job " is not a registered type name, and "k " and "k" are two keys.
     type = _optional_exact(limits.MAX_TYPE_NAME)
     idempotency_key = _optional_exact(limits.MAX_IDEMPOTENCY_KEY)
+    key = StrictString(
+        allow_null=True,
+        required=False,
+        default=None,
+        min_length=1,
+        max_length=limits.MAX_KEY,
+        trim_whitespace=False,
+    )
+    after = TaskIdList(required=False, allow_null=True, default=None)
+    after_policy = serializers.ChoiceField(
+        choices=list(limits.AFTER_POLICIES), default=limits.DEFAULT_AFTER_POLICY
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         job_type = attrs.get("type")
@@ -123,20 +164,28 @@ def task_from_attrs(attrs: dict[str, Any]) -> NewTask:
         priority=PRIORITY_BY_NAME[attrs["priority"]],
         type=attrs["type"],
         idempotency_key=attrs["idempotency_key"],
+        after=attrs["after"] or (),
+        after_policy=attrs["after_policy"],
+        key=attrs["key"],
     )
 
 
 _ENQUEUE_FIELDS = frozenset(EnqueueSerializer._declared_fields)
 
 
-def _plain_key(key: Any) -> bool:
-    if not isinstance(key, str) or not 0 < len(key) <= limits.MAX_IDEMPOTENCY_KEY or "\x00" in key:
+def _plain_text(text: str) -> bool:
+    """No U+0000 (PostgreSQL's text refuses it) and no lone surrogate (UTF-8 has none)."""
+    if "\x00" in text:
         return False
     try:
-        key.encode("utf-8")  # lone surrogates do not encode: the serializer refuses them
+        text.encode("utf-8")  # lone surrogates do not encode: the serializer refuses them
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _plain_key(key: Any, most: int = limits.MAX_IDEMPOTENCY_KEY) -> bool:
+    return isinstance(key, str) and 0 < len(key) <= most and _plain_text(key)
 
 
 def quick_new_task(data: Any) -> NewTask | None:
@@ -154,6 +203,7 @@ def quick_new_task(data: Any) -> NewTask | None:
     queue_name = get("queue", limits.DEFAULT_QUEUE)
     priority = get("priority", limits.DEFAULT_PRIORITY)
     key = get("idempotency_key")
+    task_key = get("key")
     if (
         type(max_attempts) is not int
         or not limits.MIN_ATTEMPTS <= max_attempts <= limits.MAX_ATTEMPTS
@@ -164,7 +214,10 @@ def quick_new_task(data: Any) -> NewTask | None:
         or type(priority) is not str
         or priority not in PRIORITY_BY_NAME
         or get("type") is not None
+        or get("after") is not None
+        or "after_policy" in data
         or (key is not None and not _plain_key(key))
+        or (task_key is not None and not _plain_key(task_key, limits.MAX_KEY))
     ):
         return None
     return NewTask(
@@ -175,6 +228,7 @@ def quick_new_task(data: Any) -> NewTask | None:
         priority=PRIORITY_BY_NAME[priority],
         type=None,
         idempotency_key=key,
+        key=task_key,
     )
 
 

@@ -1,7 +1,8 @@
 """Why a task is not running: GET /jobs/{id}'s `waiting`, and the same on its admin page.
 
-The reasons and their order are API.md's: delayed, retry_backoff, queue_paused, queue_full,
-rate_limited, no_workers, queued. Reads settings, counter rows and claim notes; never a claim.
+The reasons and their order are API.md's: parent_dead, blocked, delayed, retry_backoff,
+queue_paused, queue_full, key_busy, key_full, rate_limited, no_workers, queued. Reads settings,
+counter rows, dependency rows and claim notes; never a claim.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ from django.db.models import Q, Sum
 
 from broker.claimers import workers_seen
 from broker.models import Queue, QueueCounter, Task
-from broker.queue import restricted
+from broker.queue import dependencies, restricted
 from broker.queue.base import current_time
 from broker.states import State
 from contract.limits import WORKERS_SEEN_S
 
 REASONS = (
-    "delayed", "retry_backoff", "queue_paused", "queue_full", "rate_limited", "no_workers",
-    "queued",
+    "parent_dead", "blocked", "delayed", "retry_backoff", "queue_paused", "queue_full",
+    "key_busy", "key_full", "rate_limited", "no_workers", "queued",
 )  # fmt: skip
+WAITING_STATES = (State.READY, State.DELAYED, State.BLOCKED)
 
 
 def _stamp(value: datetime) -> str:
@@ -29,15 +31,17 @@ def _stamp(value: datetime) -> str:
 
 
 def explain(task_id: int) -> dict[str, Any] | None:
-    """`waiting` for a ready or delayed task: {"reason", "detail", ...}; None otherwise."""
+    """`waiting` for a ready, delayed or blocked task: {"reason", "detail", ...}; else None."""
     row = (
-        Task.objects.filter(pk=task_id, state__in=(State.READY, State.DELAYED))
-        .values_list("state", "queue", "priority", "available_at", "attempts")
+        Task.objects.filter(pk=task_id, state__in=WAITING_STATES)
+        .values_list("state", "queue", "priority", "available_at", "attempts", "key", "key_wait")
         .first()
     )
     if row is None:
         return None
-    state, queue_name, priority, available_at, attempts = row
+    state, queue_name, priority, available_at, attempts, key, key_wait = row
+    if state == State.BLOCKED:
+        return _blocked(task_id)
     if state == State.DELAYED:
         if attempts:
             return {"reason": "retry_backoff", "until": _stamp(available_at),
@@ -48,11 +52,30 @@ def explain(task_id: int) -> dict[str, Any] | None:
             "until": _stamp(available_at),
             "detail": f"Enqueued with a delay: it becomes ready at {_stamp(available_at)}.",
         }
-    return _held(queue_name) or _queued(task_id, queue_name, priority, available_at)
+    return _held(queue_name, task_id, key, key_wait) or _queued(
+        task_id, queue_name, priority, available_at
+    )
 
 
-def _held(queue_name: str) -> dict[str, Any] | None:
-    """The first reason the queue's settings or its workers give a ready task, if any."""
+def _blocked(task_id: int) -> dict[str, Any]:
+    """parent_dead when a task it waits for is dead (requeue it), else blocked."""
+    on, dead = dependencies.waiting_on(task_id)
+    shown = ", ".join(map(str, on))
+    if dead:
+        return {"reason": "parent_dead", "on": [str(pk) for pk in on],
+                "detail": f"Waits for {_tasks(on)} {shown}, of which {_tasks(dead)} "
+                          f"{', '.join(map(str, dead))} went to the dead-letter queue: requeued "
+                          "and done, it lets this one go."}  # fmt: skip
+    return {"reason": "blocked", "on": [str(pk) for pk in on],
+            "detail": f"Waits for {_tasks(on)} {shown} to finish."}  # fmt: skip
+
+
+def _tasks(ids: list[int]) -> str:
+    return "task" if len(ids) == 1 else "tasks"
+
+
+def _held(queue_name: str, task_id: int, key: str | None, key_wait: bool) -> dict[str, Any] | None:
+    """The first reason the queue's settings, its key or its workers give a ready task, if any."""
     settings = Queue.objects.filter(name=queue_name).first()
     if settings is not None and settings.paused:
         return {
@@ -67,6 +90,9 @@ def _held(queue_name: str) -> dict[str, Any] | None:
             return {"reason": "queue_full",
                     "detail": f"The queue {queue_name!r} has {in_flight} tasks handed out, its "
                               f"max_in_flight is {settings.max_in_flight}."}  # fmt: skip
+    keyed = _keyed(queue_name, settings, task_id, key, key_wait)
+    if keyed is not None:
+        return keyed
     if settings is not None and settings.rate_per_s is not None:
         tokens = restricted.bucket(
             settings.rate_per_s, settings.tokens, settings.refilled_at, current_time()
@@ -81,6 +107,27 @@ def _held(queue_name: str) -> dict[str, Any] | None:
         return {"reason": "no_workers",
                 "detail": f"No claim request that could take from {queue_name!r} came in the "
                           f"last {WORKERS_SEEN_S} s."}  # fmt: skip
+    return None
+
+
+def _keyed(
+    queue_name: str, settings: Queue | None, task_id: int, key: str | None, key_wait: bool
+) -> dict[str, Any] | None:
+    """key_busy (ordered: an earlier task of its key is unfinished), then key_full."""
+    if key_wait:
+        behind = dependencies.key_predecessor(task_id)
+        if behind is not None:
+            detail = (
+                f"Task {behind}, an earlier task of its key {key!r}, is not finished: the "
+                "queue is ordered, one task of a key at a time."
+            )
+            return {"reason": "key_busy", "behind": str(behind), "detail": detail}
+    if settings is not None and settings.key_max_in_flight is not None and key is not None:
+        held = Task.objects.filter(queue=queue_name, key=key, state=State.HANDED_OUT).count()
+        if held >= settings.key_max_in_flight:
+            return {"reason": "key_full",
+                    "detail": f"Its key {key!r} has {held} tasks handed out, the queue's "
+                              f"key_max_in_flight is {settings.key_max_in_flight}."}  # fmt: skip
     return None
 
 

@@ -45,9 +45,24 @@ MIN_LEASE_MS = 1
 MAX_LEASE_MS = 300_000
 MAX_BATCH = 1000  # items of one batch call, or acks + nacks of one settle-and-claim
 MAX_CLAIM = 100
+# After a sweeper loses the database, leases that ran out since its last sweep are not reclaimed
+# until this long after it is back (BROKER_OUTAGE_GRACE_MS): their workers could not settle them
+# meanwhile. Workers retry a settle or extend answered 503 for at least this long after.
+OUTAGE_GRACE_MS = 15_000
 DEFAULT_CLAIM = 1
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+
+# -- progress reports (POST /jobs/{id}/progress) ------------------------------------------------
+
+MAX_PROGRESS_MESSAGE = 1000  # characters
+MAX_CHECKPOINT_BYTES = 65_536  # the checkpoint as compact UTF-8 JSON
+
+# -- history (GET /stats/history) ---------------------------------------------------------------
+
+HISTORY_STEPS = (60, 3600)  # seconds: one-minute and hourly points
+DEFAULT_HISTORY_STEP = 60
+DEFAULT_HISTORY_RANGE_S = 3600  # without `since`: the last hour
 
 # -- queue settings and schedules ---------------------------------------------------------------
 
@@ -58,6 +73,17 @@ SCHEDULE_NAME_RULE = f"[A-Za-z0-9_.-]{{1,{MAX_SCHEDULE_NAME}}}"
 SCHEDULE_NAME_RE = re.compile(SCHEDULE_NAME_RULE)
 MAX_EVERY_S = 366 * 24 * 3600
 MAX_CRON = 255
+# The longest IANA zone name is 32 characters (America/Argentina/ComodRivadavia).
+MAX_TIMEZONE = 64
+# Dependencies and workflows (API.md "Dependencies", "Workflows").
+MAX_KEY = 128  # a task's key (a tenant's, customer's or entity's id)
+MAX_AFTER = 100  # tasks one task may wait for
+AFTER_POLICIES = ("done", "finished")
+DEFAULT_AFTER_POLICY = "done"
+MAX_WORKFLOW_STEPS = 1000
+MAX_WORKFLOW_NAME = 200
+REF_RULE = "[A-Za-z0-9_.-]{1,64}"
+REF_RE = re.compile(REF_RULE)
 # How recent a claim request must be for a queue to count as having workers (`no_workers`).
 WORKERS_SEEN_S = 60
 
@@ -101,6 +127,9 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
         ("priority", f"{', '.join(PRIORITIES)}; default {DEFAULT_PRIORITY}"),
         ("type", f"a registered job type, at most {MAX_TYPE_NAME} characters"),
         ("idempotency_key", f"at most {MAX_IDEMPOTENCY_KEY} characters"),
+        ("key", f"1 to {MAX_KEY} characters, no U+0000, or null"),
+        ("after", f"1 to {MAX_AFTER} distinct ids of existing tasks"),
+        ("after_policy", f"{', '.join(AFTER_POLICIES)}; default {DEFAULT_AFTER_POLICY}"),
     ),
     ("queue", f"`{QUEUE_RULE}`, default `{DEFAULT_QUEUE}`", "`POST /jobs`, claims, lists"),
     ("JSON depth", f"payloads and results nest at most {MAX_JSON_DEPTH - 1} levels", "every body"),
@@ -111,6 +140,17 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
         "claims, extend",
     ),
     ("max", f"1 to {MAX_CLAIM}, default {DEFAULT_CLAIM}", "`POST /jobs/claim`"),
+    *_applies(
+        "`POST /jobs/{id}/progress`",
+        ("fraction", "a number from 0 to 1, or null"),
+        ("message", f"at most {MAX_PROGRESS_MESSAGE} characters, or null"),
+        ("checkpoint", f"any JSON, at most {MAX_CHECKPOINT_BYTES} bytes as compact UTF-8 JSON"),
+    ),
+    (
+        "step",
+        " or ".join(str(s) for s in HISTORY_STEPS) + f" seconds, default {DEFAULT_HISTORY_STEP}",
+        "`GET /stats/history`",
+    ),
     (
         "batch items",
         f"1 to {MAX_BATCH}",
@@ -121,7 +161,14 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
     *_applies(
         "`PATCH /queues/{name}`",
         ("max_in_flight", f"1 to {MAX_IN_FLIGHT}, or null (no cap)"),
+        ("key_max_in_flight", f"1 to {MAX_IN_FLIGHT}, or null (no cap)"),
         ("rate_per_s", f"a number above 0, at most {MAX_RATE_PER_S}, or null (no limit)"),
+    ),
+    *_applies(
+        "`POST /workflows`",
+        ("steps", f"1 to {MAX_WORKFLOW_STEPS}"),
+        ("workflow name", f"1 to {MAX_WORKFLOW_NAME} characters"),
+        ("ref", f"`{REF_RULE}`, unique in the workflow"),
     ),
     *_applies(
         "`POST /schedules`",

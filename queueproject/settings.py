@@ -109,6 +109,10 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "queueproject.wsgi.application"
 
+# After losing PostgreSQL (a restart, a failover), each process tries to reconnect this often
+# (the pool and the LISTEN connection): writes resume within this of the primary being back.
+# psycopg_pool's own schedule (1, 2, 4, 8 ... s apart) left a failover 12 s longer.
+BROKER_DB_RECONNECT_MS = env.int("BROKER_DB_RECONNECT_MS", default=200)
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
@@ -209,6 +213,9 @@ BROKER_SQS_CREDENTIALS = _sqs_credentials(env.list("BROKER_SQS_CREDENTIALS", def
 BROKER_SWEEP_INTERVAL_MS = env.int("BROKER_SWEEP_INTERVAL_MS", default=250)
 BROKER_RETRY_BASE_MS = env.int("BROKER_RETRY_BASE_MS", default=1000)
 BROKER_RETRY_MAX_MS = env.int("BROKER_RETRY_MAX_MS", default=30000)
+# A sweeper back after losing the database holds the leases that ran out since its last sweep
+# this long before it reclaims them: their workers could not settle them meanwhile.
+BROKER_OUTAGE_GRACE_MS = env.int("BROKER_OUTAGE_GRACE_MS", default=limits.OUTAGE_GRACE_MS)
 
 
 def _duration(name: str, default: str) -> timedelta:
@@ -227,6 +234,9 @@ def _duration(name: str, default: str) -> timedelta:
 # Done and cancelled tasks older than this are deleted by the sweeper; "0" keeps them forever.
 # Dead tasks are never pruned.
 BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
+# How long GET /stats/history keeps its points: one-minute ones (two days), hourly ones (90 days).
+BROKER_HISTORY_MINUTES = env.int("BROKER_HISTORY_MINUTES", default=2880)
+BROKER_HISTORY_HOURS = env.int("BROKER_HISTORY_HOURS", default=2160)
 BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=limits.DEFAULT_MAX_BODY_BYTES)
 # Django's own form-body cap must not cut in below ours.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
@@ -263,7 +273,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "filters": {"reconnects": {"()": "broker.dbpool.QuietReconnects"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # One line per failed reconnect, several a second while the database is away, is too many.
+    "loggers": {"psycopg.pool": {"filters": ["reconnects"]}},
     # WARNING by default: a line per request and per state change costs the hot path ~0.1 ms;
     # LOG_LEVEL=INFO turns them on (make run does).
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},

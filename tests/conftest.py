@@ -21,12 +21,78 @@ from broker.queue import NewTask
 from tests.worker_fakes import FakeBroker, FakeServer, serve, start_server
 from workers.client import BrokerClient
 
+
+def _flush_by_delete() -> None:
+    """A transactional test's teardown empties the tables with DELETE, not Django's TRUNCATE.
+
+    On PostgreSQL a TRUNCATE of the 25 tables costs ~0.25 s (each table gets new files, synced
+    at commit) where a DELETE of what one test wrote takes a few ms: across the few hundred
+    transactional tests that was a tenth of `make test`. DELETE also takes row locks, not an
+    exclusive lock per table one after another, which deadlocked with the sweep of a module's
+    live sweeper; a deadlock left (rows locked in another order) is run again. Every foreign
+    key is deferrable, so one transaction deletes in any order. Content types and permissions
+    stay: they are what migrate made, so the post_migrate that Django's flush sends to make
+    them again is not needed.
+    """
+    from django.db import connections, transaction
+    from django.test import TransactionTestCase
+
+    truncate = TransactionTestCase._fixture_teardown
+    kept = {"django_migrations", "django_content_type", "auth_permission"}
+
+    def deadlocked(exc: BaseException | None) -> bool:
+        return exc is not None and ("deadlock detected" in str(exc) or deadlocked(exc.__cause__))
+
+    def empty(self: TransactionTestCase) -> None:
+        names = self._databases_names(include_mirrors=False)
+        if self.available_apps is not None or any(
+            connections[name].vendor != "postgresql" for name in names
+        ):
+            truncate(self)
+            return
+        for name in names:
+            conn = connections[name]
+            tables = sorted(set(conn.introspection.django_table_names(only_existing=True)) - kept)
+            if _any_large(conn, tables):
+                truncate(self)  # a backlog of many thousand rows: TRUNCATE is the quicker
+                return
+            with transaction.atomic(using=name), conn.cursor() as cursor:
+                cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+                for table in tables:  # Django's own table names, quoted
+                    cursor.execute(f"DELETE FROM {conn.ops.quote_name(table)}")  # noqa: S608
+
+    def delete_all(self: TransactionTestCase) -> None:
+        for attempt in range(5):
+            try:
+                empty(self)
+                return
+            except Exception as exc:
+                if not deadlocked(exc) or attempt == 4:
+                    raise
+
+    TransactionTestCase._fixture_teardown = delete_all
+
+
+def _any_large(conn: Any, tables: list[str], rows: int = 5000) -> bool:
+    """Whether a table holds over `rows` rows (each count stops there)."""
+    checks = " OR ".join(
+        f"(SELECT count(*) FROM (SELECT 1 FROM {conn.ops.quote_name(t)} LIMIT {rows + 1}) s)"  # noqa: S608
+        f" > {rows}"
+        for t in tables
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(f"SELECT {checks}")
+        return bool(cursor.fetchone()[0])
+
+
+_flush_by_delete()
+
 # The job types the workers ship, each with a sample payload (contract/jobtypes).
-SAMPLE_TYPES = ("data_transform", "fail_job", "http_fetch", "image_resize", "send_email",
-                "sleep_job")  # fmt: skip
+SAMPLE_TYPES = ("batch_import", "data_transform", "fail_job", "http_fetch", "image_resize",
+                "merge_results", "send_email", "sleep_job")  # fmt: skip
 # The /stats totals, in the contract's order.
 COUNTER_NAMES = ("enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried",
-                 "requeued", "cancelled")  # fmt: skip
+                 "requeued", "cancelled", "released")  # fmt: skip
 
 
 def _on_postgres() -> bool:
@@ -41,7 +107,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 pytest.mark.skip(reason="needs PostgreSQL: DATABASE_URL is not postgres://")
             )
         if item.get_closest_marker("slow") and not run_slow:
-            reason = "slow fault test: RUN_SLOW=1 runs it (.ci/run does)"
+            reason = "slow test: make test-slow runs it (.ci/run does)"
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
@@ -127,14 +193,53 @@ def assert_invariant() -> None:
     assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"], totals
 
 
-@pytest.fixture
-def db_url(transactional_db: None) -> str:
-    """A DATABASE_URL naming the test database, for child processes."""
+def _child_db_url() -> str:
     s = connection.settings_dict
     if connection.vendor == "postgresql":
         host, port = s["HOST"] or "127.0.0.1", s["PORT"] or "5432"
         return f"postgres://{s['USER']}@{host}:{port}/{s['NAME']}"
     return f"sqlite:///{s['NAME']}"
+
+
+@pytest.fixture
+def db_url(transactional_db: None) -> str:
+    """A DATABASE_URL naming the test database, for child processes."""
+    return _child_db_url()
+
+
+@pytest.fixture(scope="session")
+def live_db_url(django_db_setup: None) -> str:
+    """db_url for processes that outlive a test (a module's broker): each test still asks for
+    `db_url`, whose teardown empties the tables under them."""
+    return _child_db_url()
+
+
+@pytest.fixture
+def admin_user(db: None, django_user_model: Any) -> Any:
+    """pytest-django's superuser, without a password: `admin_client` logs it in with
+    force_login, and hashing one (PBKDF2, a million rounds) cost 0.27 s of CPU a test."""
+    return django_user_model.objects.create_superuser("admin", "admin@example.com", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _commits_not_waiting_on_the_disk(django_db_setup: None, django_db_blocker: Any) -> None:
+    """The test database's commits return before their WAL reaches the disk.
+
+    These machines' disk stalls an fsync now and then: 8 in 15 s over 30 ms, the worst 264 ms
+    (docs/performance.md, "Commit latency"). A wake-up is two commits (the enqueue's and the
+    claim's), so the latency tests' p99 followed the disk, not the broker. What a commit makes
+    visible, and when, is the same; only a crash of PostgreSQL itself could lose the last
+    commits, and no test crashes the PostgreSQL this database lives on (the restart test stops
+    it cleanly, which writes everything out; the failover test runs its own servers).
+    """
+    # No test database when no test selected needs one (pytest-django sets up only those).
+    name = connection.settings_dict["NAME"]
+    if connection.vendor != "postgresql" or not name.startswith("test_"):
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        quoted = connection.ops.quote_name(name)
+        cursor.execute(f"ALTER DATABASE {quoted} SET synchronous_commit = off")
+        cursor.execute("SET synchronous_commit = off")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -77,7 +77,8 @@ class Proc:
         return self.popen.pid
 
     def output(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # still running; after stop() the whole output is on disk
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def send(self, sig: int) -> None:
@@ -238,3 +239,21 @@ def running(proc: Proc) -> Iterator[Proc]:
         yield proc
     finally:
         proc.stop()
+
+
+def sweeper(
+    db_url: str, tmp: Path, name: str = "sweeper", interval_ms: int = 100, **env: str
+) -> Proc:
+    return manage(["runsweeper", "--interval-ms", str(interval_ms)], db_url, tmp, name, **env)
+
+
+@contextmanager
+def sweeping(
+    db_url: str, tmp: Path, interval_ms: int, name: str = "sweeper", **env: str
+) -> Iterator[Proc]:
+    """runsweeper, once it has started sweeping: a loaded machine takes seconds to boot it, and
+    a test timing a promotion or a reclaim would time the boot."""
+    proc = sweeper(db_url, tmp, name, interval_ms, **env)
+    with running(proc):
+        wait_until(lambda: "sweeper running" in proc.output(), 60, 0.05, f"{name}'s start")
+        yield proc

@@ -64,12 +64,17 @@ class FakeBroker:
         self.acks: list[tuple[str, str, Any]] = []
         self.nacks: list[tuple[str, str, str]] = []
         self.extends: list[tuple[str, str, int]] = []
+        # Each progress report: (task id, lease id, report, lease_ms or None).
+        self.reports: list[tuple[str, str, dict[str, Any], int | None]] = []
         self.answer = True
         self.extend_answer = True
         self.cancelled = False
         self.ack_batches: list[list[str]] = []
         self.nack_batches: list[list[str]] = []
-        self.slow_acks_s = 0.0
+        # While set to an Event, each settle waits for it (once recorded): outcomes pile up
+        # behind a settle in flight. first_settle is set when the first settle is recorded.
+        self.settle_gate: threading.Event | None = None
+        self.first_settle = threading.Event()
         # Per task id, the status its next ack gets instead of the usual answer (e.g. 413).
         self.ack_statuses: dict[str, int] = {}
         # Each settle-and-claim as it arrived: (ack ids, nack ids, max, wait_ms).
@@ -127,6 +132,7 @@ class FakeBroker:
         json.dumps(result, allow_nan=False)
         with self._cond:
             self.acks.append((task_id, lease_id, result))
+            self.events.append(("ack", task_id))
             self.outstanding -= 1
         return self.answer
 
@@ -134,6 +140,7 @@ class FakeBroker:
         """Record."""
         with self._cond:
             self.nacks.append((task_id, lease_id, error))
+            self.events.append(("nack", task_id))
             self.outstanding -= 1
         return self.answer
 
@@ -154,7 +161,9 @@ class FakeBroker:
         with self._cond:
             self.events.append(("settle", [t for t, _, _ in acks], [t for t, _, _ in nacks]))
             statuses = self._settle_locked(acks, nacks)
-        time.sleep(self.slow_acks_s)
+        self.first_settle.set()
+        if self.settle_gate is not None:
+            assert self.settle_gate.wait(10), "the test never opened the settle gate"
         return statuses
 
     def settle_and_claim(
@@ -192,6 +201,16 @@ class FakeBroker:
         with self._cond:
             self.extends.append((task_id, lease_id, lease_ms))
             self.events.append(("extend", task_id))
+        return self.extend_answer
+
+    def progress(
+        self, task_id: str, lease_id: str, report: dict[str, Any], lease_ms: int | None = None
+    ) -> bool:
+        """Record (encoded as BrokerClient would, so a bad report raises the same way)."""
+        json.dumps(report, allow_nan=False)
+        with self._cond:
+            self.reports.append((task_id, lease_id, dict(report), lease_ms))
+            self.events.append(("progress", task_id, dict(report), lease_ms))
         return self.extend_answer
 
     def cancel_claims(self) -> None:
@@ -347,14 +366,19 @@ def serve(server: _Server) -> threading.Thread:
 
 
 class Job:
-    """A job type that sleeps, then returns what it was built with (or raises it)."""
+    """A job type that waits for `after` (if given), sleeps, then returns what it was built
+    with (or raises it)."""
 
-    def __init__(self, seconds: float = 0.0, result: Any = None) -> None:
-        self.seconds, self.result = seconds, result
+    def __init__(
+        self, seconds: float = 0.0, result: Any = None, after: threading.Event | None = None
+    ) -> None:
+        self.seconds, self.result, self.after = seconds, result, after
         self.started, self.finished = threading.Event(), threading.Event()
 
     def handler(self, payload: Any) -> Any:
         self.started.set()
+        if self.after is not None:
+            assert self.after.wait(10), "what the job waits for never came"
         time.sleep(self.seconds)
         self.finished.set()
         if isinstance(self.result, BaseException):

@@ -8,12 +8,15 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from contract.backoff import backoff_s
+from contract.limits import OUTAGE_GRACE_MS
+from workers.leaseclock import lease_end
 from workers.settling import BatchVerbs, error_text
 from workers.transport import Response, Transport, TransportError
 from workers.wire import (
@@ -26,6 +29,7 @@ from workers.wire import (
     BrokerUnavailableError,
     Claimed,
     Delivery,
+    Report,
     ResultRefusedError,
     Task,
 )
@@ -43,6 +47,7 @@ __all__ = [
     "Task",
     "backoff_s",
     "identity",
+    "keyed",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,6 +60,13 @@ def identity() -> str:
     raw = f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
     # Header values must be latin-1; a thread name need not be.
     return raw.encode("ascii", "replace").decode("ascii")
+
+
+def keyed(body: Any) -> Any:
+    """`body` with an idempotency_key: its own, or a new random one when it has none (or null)."""
+    if isinstance(body, dict) and body.get("idempotency_key") is None:
+        return {**body, "idempotency_key": uuid.uuid4().hex}
+    return body
 
 
 @lru_cache(maxsize=32)
@@ -76,7 +88,11 @@ class BrokerClient(BatchVerbs):
 
     Unreachable broker or 5xx: back off and retry. A claim retries until it succeeds or
     claims are cancelled; ack, nack and extend retry until the lease deadline passes (after
-    which the broker reclaims the task by itself); enqueue and stats retry for give_up_s.
+    which the broker reclaims the task by itself), or, once the broker answered 503 (its
+    database away: nothing is reclaimed then, and leases that ran out meanwhile are held for
+    BROKER_OUTAGE_GRACE_MS after it is back), until outage_grace_s after the last 503; enqueue
+    and stats retry for give_up_s, enqueue with an idempotency key, so a retry never enqueues
+    twice.
     """
 
     def __init__(
@@ -90,6 +106,7 @@ class BrokerClient(BatchVerbs):
         backoff_base_s: float = 0.2,
         backoff_cap_s: float = 5.0,
         give_up_s: float = 30.0,
+        outage_grace_s: float = OUTAGE_GRACE_MS / 1000,
     ) -> None:
         """token, when given, is sent as a bearer token on every request.
 
@@ -106,8 +123,10 @@ class BrokerClient(BatchVerbs):
             cancelled=self._cancelled,
         )
         self._claim_margin_s = claim_margin_s
+        self._read_timeout_s = read_timeout_s
         self._backoff = (backoff_base_s, backoff_cap_s)
         self._give_up_s = give_up_s
+        self._outage_grace_s = outage_grace_s
         # lease_id -> monotonic time after which the broker has surely reclaimed the task.
         self._lease_ends: dict[str, float] = {}
         self._jobs_url = "/jobs"  # paths are relative to base_url
@@ -123,11 +142,13 @@ class BrokerClient(BatchVerbs):
         body: Any = None,
         read_timeout_s: float | None = None,
         interruptible: bool = False,
+        held: bool = False,
     ) -> Response | None:
         """Send until an answer below 500 arrives; None when until passed or claims cancelled.
 
         url is a path under base_url; until is a time.monotonic() deadline, or None to try
-        forever. Raises ValueError/TypeError when body does not encode as JSON.
+        forever. held: until is the end of a lease, which a 503 pushes to outage_grace_s after
+        it. Raises ValueError/TypeError when body does not encode as JSON.
         """
         data = None if body is None else _encode(body)
         attempt = 0
@@ -141,6 +162,10 @@ class BrokerClient(BatchVerbs):
                 if response.status_code < 500:
                     return response
                 problem = f"answered {response.status_code}"
+                if held and until is not None and response.status_code == 503:
+                    # The broker cannot reach its database: no sweeper reclaims the lease now,
+                    # and once they can, leases that ended meanwhile are held for a grace.
+                    until = max(until, time.monotonic() + self._outage_grace_s)
             except TransportError as exc:
                 problem = f"unreachable ({exc})"
             if interruptible and self._cancelled.is_set():
@@ -172,7 +197,7 @@ class BrokerClient(BatchVerbs):
     def _finish(self, verb: str, task_id: str, lease_id: str, body: Any) -> tuple[int, str]:
         """Ack or nack, retrying until the lease ends: (status or NOT_TOLD, error text)."""
         url = self._task_url(task_id, verb, lease_id)
-        response = self._send("POST", url, until=self._until((lease_id,)), body=body)
+        response = self._send("POST", url, until=self._until((lease_id,)), body=body, held=True)
         if response is None:
             self._lease_ends.pop(lease_id, None)
             # The lease is over: the broker reclaims the task, it is not lost.
@@ -189,10 +214,11 @@ class BrokerClient(BatchVerbs):
         return status, text
 
     def _remember(self, response: Response, deliveries: Sequence[Delivery], lease_ms: int) -> None:
-        """Note when each new lease surely ends: the broker started it after we sent."""
-        lease_end = response.sent_at + lease_ms / 1000
+        """Note when each new lease ends: at the deadline the broker answered (see leaseclock)."""
         for delivery in deliveries:
-            self._lease_ends[delivery["lease_id"]] = lease_end
+            self._lease_ends[delivery["lease_id"]] = lease_end(
+                delivery.get("deadline"), lease_ms, response.sent_at, response.received_at
+            )
 
     # -- one task -------------------------------------------------------------------------
 
@@ -241,7 +267,7 @@ class BrokerClient(BatchVerbs):
     def extend(self, task_id: str, lease_id: str, lease_ms: int) -> bool:
         """POST /jobs/{id}/extend. True on 200; False when the lease is lost (404/409) or over."""
         url = f"{self._task_url(task_id, 'extend', lease_id)}&lease_ms={lease_ms}"
-        response = self._send("POST", url, until=self._until((lease_id,)))
+        response = self._send("POST", url, until=self._until((lease_id,)), held=True)
         if response is None:
             return False
         if response.status_code != 200:
@@ -252,16 +278,58 @@ class BrokerClient(BatchVerbs):
                 error_text(response),
             )
             return False
+        self._note_deadline(response, lease_id, lease_ms)
+        return True
+
+    def _note_deadline(self, response: Response, lease_id: str, lease_ms: int) -> None:
+        """A lease extended: it now ends at the deadline the broker answered."""
         if lease_id in self._lease_ends:  # not acked or nacked meanwhile by another thread
-            self._lease_ends[lease_id] = response.sent_at + lease_ms / 1000
+            try:
+                deadline = response.json().get("deadline")
+            except (ValueError, AttributeError):
+                deadline = None
+            self._lease_ends[lease_id] = lease_end(
+                deadline, lease_ms, response.sent_at, response.received_at
+            )
+
+    def progress(
+        self, task_id: str, lease_id: str, report: Report, lease_ms: int | None = None
+    ) -> bool:
+        """POST /jobs/{id}/progress with the report (and lease_ms, which extends the lease).
+
+        True when the broker took it; False when the lease is lost (404/409) or over. A report
+        the broker refuses (400) is logged and dropped, the lease still extended when asked.
+        Raises TypeError/ValueError if the report is not JSON.
+        """
+        url = self._task_url(task_id, "progress", lease_id)
+        if lease_ms is not None:
+            url += f"&lease_ms={lease_ms}"
+        response = self._send("POST", url, until=self._until((lease_id,)), body=report)
+        if response is None:
+            return False
+        status = response.status_code
+        if status == 400:
+            log.error("progress of task %s refused: %s", task_id, error_text(response))
+            return self.extend(task_id, lease_id, lease_ms) if lease_ms is not None else True
+        if status != 200:
+            log.warning(
+                "progress of task %s answered %s: %s", task_id, status, error_text(response)
+            )
+            return False
+        if lease_ms is not None:
+            self._note_deadline(response, lease_id, lease_ms)
         return True
 
     def enqueue(self, body: dict[str, Any]) -> tuple[int, Any]:
-        """POST /jobs. The status and the decoded JSON answer (None when there is none).
+        """POST /jobs (with `after`, the task waits for those). The status and the decoded JSON
+        answer (None when there is none).
 
         Retries 5xx and an unreachable broker for give_up_s; raises BrokerUnavailableError then.
+        A body without an idempotency_key is sent with a random one, the same on every retry:
+        a 503 or a lost answer may hide a commit, and the broker answers the repeat with 200 and
+        the first task's id instead of enqueueing it twice.
         """
-        return self._post_or_raise(self._jobs_url, body)
+        return self._post_or_raise(self._jobs_url, keyed(body))
 
     def stats(self) -> dict[str, Any]:
         """GET /stats. Raises BrokerUnavailableError or BrokerError on failure."""
@@ -276,9 +344,19 @@ class BrokerClient(BatchVerbs):
     def enqueue_many(self, bodies: Sequence[dict[str, Any]]) -> tuple[int, Any]:
         """POST /jobs/batch (all or nothing). The status and the decoded JSON answer.
 
+        Retries like enqueue(), each body keyed as enqueue() keys it (a retried batch answers
+        the first ids); raises BrokerUnavailableError when the broker stays away.
+        """
+        jobs = [keyed(body) for body in bodies]
+        return self._post_or_raise(f"{self._jobs_url}/batch", {"jobs": jobs})
+
+    def submit_workflow(self, name: str, steps: Sequence[dict[str, Any]]) -> tuple[int, Any]:
+        """POST /workflows: steps of {"ref", "job", "after": [refs], "after_policy"}, all or
+        nothing. The status and the answer ({"id", "tasks": {ref: task id}} on 201).
+
         Retries like enqueue(); raises BrokerUnavailableError when the broker stays away.
         """
-        return self._post_or_raise(f"{self._jobs_url}/batch", {"jobs": list(bodies)})
+        return self._post_or_raise("/workflows", {"name": name, "steps": list(steps)})
 
     def _post_or_raise(self, url: str, body: Any) -> tuple[int, Any]:
         response = self._send("POST", url, until=time.monotonic() + self._give_up_s, body=body)

@@ -69,4 +69,8 @@ def resolve(task: Mapping[str, Any], *, log_file: str = DEFAULT_LOG_FILE) -> Han
         jobtype = jobtypes.REGISTRY[name]
     except (KeyError, TypeError):  # TypeError: a type that is not even a string
         raise UnknownJobTypeError(f"unknown job type: {name}") from None
+    if getattr(jobtype, "with_job", False):
+        # A resumable type's run(payload, job): it reports and reads its checkpoint.
+        with_job: Any = jobtype
+        return lambda job: with_job.handler(job["payload"], job)
     return lambda t: jobtype.handler(t["payload"])

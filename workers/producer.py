@@ -48,22 +48,32 @@ class Summary:
 
 
 def body_template(
-    *, fail: bool, max_attempts: int, delay_ms: int, queue: str, priority: str
+    *,
+    fail: bool,
+    max_attempts: int,
+    delay_ms: int,
+    queue: str,
+    priority: str,
+    key: str | None = None,
 ) -> dict[str, Any]:
-    """The fields every enqueued body shares."""
-    return {
+    """The fields every enqueued body shares; `key` (a tenant's id, say) only when given."""
+    template: dict[str, Any] = {
         "max_attempts": max_attempts,
         "delay_ms": delay_ms,
         "queue": queue,
         "priority": priority,
         "payload": {"fail": True} if fail else {},
     }
+    if key is not None:
+        template["key"] = key
+    return template
 
 
 def make_body(template: dict[str, Any], number: int) -> dict[str, Any]:
     """The body of task number: payload {"line": "hello <number>"} plus the template's fields.
 
-    An idempotency key makes the client's retry after a lost answer harmless.
+    An idempotency key makes the client's retry after a 503 or a lost answer harmless: the
+    broker answers a repeat with 200 and the first task's id.
     """
     return {
         **template,

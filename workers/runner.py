@@ -11,7 +11,8 @@ from typing import Any
 
 from workers import handlers
 from workers.client import backoff_s
-from workers.heartbeat import Heartbeat
+from workers.heartbeat import DEFAULT_REPORT_S, Heartbeat
+from workers.job import Job, running
 from workers.outcomes import Outcome, checked, log_outcome, refused_result, report, split
 from workers.prefetch import Prefetcher
 from workers.wire import (
@@ -56,12 +57,14 @@ class Runner:
         prefetch: int = 0,
         prefetch_ahead_s: float = 1.0,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        report_s: float = DEFAULT_REPORT_S,
     ) -> None:
         """heartbeat_s defaults to half the lease; error_backoff_s is the first pause after a
         failed claim (doubling, capped at 30 s), so a misconfigured worker never spins.
         prefetch_ahead_s: at most this much work waits its turn in prefetch mode (workers.prefetch).
         lease_ms over the broker's cap is lowered to it (the broker would grant no more).
         max_body_bytes: the broker's body limit; a larger result is nacked, not sent.
+        report_s: a handler's progress report waits at most this long for its lease's beat.
         Raises ValueError when both batch > 1 and prefetch are asked for.
         """
         if batch > 1 and prefetch:
@@ -77,7 +80,7 @@ class Runner:
         self._queues = tuple(queues)
         self._error_backoff_s = error_backoff_s
         self._max_body_bytes = max_body_bytes
-        self._heartbeat = Heartbeat(client, lease_ms, interval_s=heartbeat_s)
+        self._heartbeat = Heartbeat(client, lease_ms, interval_s=heartbeat_s, report_s=report_s)
         self._stop = threading.Event()
         self._batch = batch
         self._settler = Settler(client) if batch > 1 else None
@@ -228,20 +231,22 @@ class Runner:
         return len(deliveries)
 
     def _run_held(self, delivery: Delivery) -> Outcome:
-        """Run one task whose lease the heartbeat holds (released here); its checked outcome."""
-        task = delivery["task"]
+        """Run one task whose lease the heartbeat holds (released here, after its last report
+        is sent); its checked outcome."""
+        job = Job(delivery, self._heartbeat)
         started = time.monotonic()
         error: str | None
         try:
-            result = self._resolve(task)(task)
+            with running(job):
+                result = self._resolve(job)(job)
         # SystemExit too: a handler calling sys.exit() must not end the worker thread.
         except (Exception, SystemExit) as exc:
             result, error = None, str(exc) or type(exc).__name__
         else:
             result, error = checked(result, self._max_body_bytes)
         finally:
-            self._heartbeat.release(task["id"], delivery["lease_id"])
-        return Outcome(task["id"], delivery["lease_id"], result, error, started)
+            self._heartbeat.finish(job.id, job.lease_id)
+        return Outcome(job.id, job.lease_id, result, error, started)
 
 
 class Settler:

@@ -26,6 +26,7 @@ class BatchVerbs:
 
     _jobs_url: str
     _claim_margin_s: float
+    _read_timeout_s: float
     _lease_ends: dict[str, float]
 
     # BrokerClient's plumbing.
@@ -55,10 +56,10 @@ class BatchVerbs:
 
         Without settles it is a plain claim: retried forever, cut by cancel_claims(). With
         settles it is never cut (choose a short wait_ms) and is retried until the first of
-        their leases ends. A body the broker refuses (400, 413) is settled through
-        POST /jobs/ack and /jobs/nack instead, which find the culprit; the claim then waits
-        for the next call. Raises BrokerError, its .settled telling what became of the
-        settles, when the broker refuses the claim itself (401, ...).
+        their leases ends (after a 503, as BrokerClient says). A body the broker refuses (400,
+        413) is settled through POST /jobs/ack and /jobs/nack instead, which find the culprit;
+        the claim then waits for the next call. Raises BrokerError, its .settled telling what
+        became of the settles, when the broker refuses the claim itself (401, ...).
         """
         items = _ack_items(acks) + _nack_items(nacks)
         body: dict[str, Any] = {"max": max_n, "wait_ms": wait_ms, "lease_ms": lease_ms}
@@ -68,13 +69,18 @@ class BatchVerbs:
             body["acks"] = items[: len(acks)]
         if nacks:
             body["nacks"] = items[len(acks) :]
+        # Settles are committed before the claim waits, and may take as long as any request
+        # first (while the broker's database is away, its pool timeout, then a 503): a read
+        # timeout of wait + margin would cut that 503 off, and with it the outage's grace.
+        settling_s = self._read_timeout_s if items else 0.0
         response = self._send(
             "POST",
             f"{self._jobs_url}/claim",
             until=self._until(item["lease_id"] for item in items) if items else None,
             body=body,
-            read_timeout_s=wait_ms / 1000 + self._claim_margin_s,
+            read_timeout_s=wait_ms / 1000 + self._claim_margin_s + settling_s,
             interruptible=not items,
+            held=bool(items),
         )
         if response is None:
             if items:
@@ -101,7 +107,8 @@ class BatchVerbs:
     def settle(self, acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[int]:
         """POST /jobs/ack and /jobs/nack: a status per item, acks then nacks.
 
-        Retries until the first lease among them ends (NOT_TOLD then). A whole body the broker
+        Retries until the first lease among them ends (after a 503, as BrokerClient says;
+        NOT_TOLD then). A whole body the broker
         refuses (400, 413) is split until each refused item stands alone with its status.
         """
         return self._settle_many("ack", _ack_items(acks)) + self._settle_many(
@@ -128,6 +135,7 @@ class BatchVerbs:
             f"{self._jobs_url}/{verb}",
             until=self._until(item["lease_id"] for item in items),
             body={f"{verb}s": items},
+            held=True,
         )
         if response is None:
             log.error("could not %s %d tasks before the first lease ended", verb, len(items))

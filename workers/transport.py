@@ -34,16 +34,25 @@ class TransportError(Exception):
 
 
 class Response:
-    """A whole answer: status, raw body, and when its request went out (time.monotonic())."""
+    """A whole answer: status, raw body, and when its request went out and its answer came in
+    (time.monotonic(): the broker acted between the two)."""
 
-    __slots__ = ("content", "reason", "sent_at", "status_code")
+    __slots__ = ("content", "reason", "received_at", "sent_at", "status_code")
 
-    def __init__(self, status_code: int, content: bytes, reason: str, sent_at: float) -> None:
-        """Built by Transport.request."""
+    def __init__(
+        self,
+        status_code: int,
+        content: bytes,
+        reason: str,
+        sent_at: float,
+        received_at: float | None = None,
+    ) -> None:
+        """Built by Transport.request; received_at defaults to sent_at (an instant exchange)."""
         self.status_code = status_code
         self.content = content
         self.reason = reason
         self.sent_at = sent_at
+        self.received_at = sent_at if received_at is None else received_at
 
     def json(self) -> Any:
         """The body decoded; raises ValueError when it is not JSON."""
@@ -218,7 +227,9 @@ class Transport:
                 timeout=timeout,
                 assert_same_host=False,
             )
-            return Response(answer.status, answer.data, answer.reason or "", sent_at)
+            return Response(
+                answer.status, answer.data, answer.reason or "", sent_at, time.monotonic()
+            )
         except _TRANSIENT as exc:
             raise TransportError(type(exc).__name__) from exc
         finally:

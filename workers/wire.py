@@ -21,6 +21,8 @@ NOT_TOLD = 0
 BODY_REFUSED = frozenset({400, 413})
 
 Settle = tuple[str, str, Any]  # (task id, lease id, result of an ack or error text of a nack)
+# A progress report: any of "fraction", "message", "checkpoint" (POST /jobs/{id}/progress).
+Report = dict[str, Any]
 
 
 class Task(TypedDict):
@@ -35,6 +37,7 @@ class Task(TypedDict):
     type: str | None
     created_at: str
     available_at: str
+    checkpoint: NotRequired[Any]  # the last checkpoint reported, on a redelivery
 
 
 class Delivery(TypedDict):
@@ -103,6 +106,13 @@ class Broker(Protocol):
 
     def extend(self, task_id: str, lease_id: str, lease_ms: int) -> bool:
         """Push the lease deadline to now + lease_ms; False when the lease is lost or over."""
+        ...
+
+    def progress(
+        self, task_id: str, lease_id: str, report: Report, lease_ms: int | None = None
+    ) -> bool:
+        """Report progress and a checkpoint (and extend the lease when lease_ms is given);
+        False when the lease is lost or over."""
         ...
 
     def cancel_claims(self) -> None:

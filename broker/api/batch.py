@@ -13,7 +13,7 @@ from broker.api.base import BrokerView
 from broker.api.errors import ValidationFailed
 from broker.api.representation import delivery
 from broker.api.views import worker_identity
-from broker.longpoll import claim_wait, socket_gone
+from broker.longpoll import claim_wait, once, parking_of, socket_gone
 from contract.limits import MAX_BATCH
 
 
@@ -30,7 +30,7 @@ class EnqueueBatchView(BrokerView):
 
     def post(self, request: Request) -> Response:
         items = _items(parsing.read_object(request), "jobs")
-        ids = queue.enqueue_many(validation.new_tasks(items, "jobs"))
+        ids = queue.enqueue_many(validation.new_tasks(items, "jobs"), "jobs.{}.")
         return Response({"ids": [str(pk) for pk in ids]}, status=201)
 
 
@@ -41,10 +41,15 @@ class ClaimBatchView(BrokerView):
     def post(self, request: Request) -> Response:
         args = settling.claim_args(parsing.read_object(request, required=False))
         results = None
+        parking = parking_of(request.META)
         if args.settles:
             # Committed before the claim looks or parks: a worker's acks never wait on its wait.
-            answers = queue.settle(args.acks, args.nacks)
-            results = settling.results(args.settle_ids, answers)
+            # Once: a parked claim's request is served again when woken, its acks already done.
+            results = once(
+                parking,
+                "settled",
+                lambda: settling.results(args.settle_ids, queue.settle(args.acks, args.nacks)),
+            )
         got = claim_wait(
             args.queues,
             lease_ms=args.lease_ms,
@@ -52,6 +57,7 @@ class ClaimBatchView(BrokerView):
             limit=args.max,
             worker=worker_identity(request),
             gone=socket_gone(request.META.get("gunicorn.socket")),
+            parking=parking,
         )
         deliveries = [delivery(d) for d in got]
         if results is not None:

@@ -16,8 +16,10 @@ from broker.api.errors import ValidationFailed
 from broker.api.representation import ShownError, listed_task
 from broker.exceptions import TaskNotFound
 from broker.models import Task, TaskError
+from broker.queue import dependencies
 from broker.states import State
 from contract.limits import DEFAULT_PAGE_SIZE as DEFAULT_LIMIT
+from contract.limits import MAX_KEY
 from contract.limits import MAX_PAGE_SIZE as MAX_LIMIT
 
 
@@ -38,9 +40,14 @@ FOR_ONE = Shown(errors=100, chars=16_384)
 
 def _with_errors(tasks: list[Task], shown: Shown) -> list[dict[str, Any]]:
     errors = _newest_errors([t.pk for t in tasks], shown)
+    waited = [t.pk for t in tasks if t.after_policy is not None]
+    parents = dependencies.parents_of(waited) if waited else {}
     return [
         listed_task(
-            t, *errors.get(t.pk, ([], 0)), last_error=(t.last_error_head, t.last_error_length or 0)
+            t,
+            *errors.get(t.pk, ([], 0)),
+            last_error=(t.last_error_head, t.last_error_length or 0),
+            parents=parents.get(t.pk, ()),
         )
         for t in tasks
     ]
@@ -92,7 +99,9 @@ def one_task(pk: int) -> dict[str, Any]:
 
 
 def list_tasks(
-    request: Request, tasks: Any, allow_filters: tuple[str, ...] = ("state", "queue", "type")
+    request: Request,
+    tasks: Any,
+    allow_filters: tuple[str, ...] = ("state", "queue", "type", "workflow", "key"),
 ) -> Response:
     params = request.GET
     filters: dict[str, Any] = {}
@@ -106,6 +115,13 @@ def list_tasks(
         filters["queue"] = parsing.queue_name(filters["queue"])
     if "\x00" in filters.get("type", ""):  # PostgreSQL refuses U+0000 in a query: a 503
         raise ValidationFailed({"type": ["Not a job type name."]})
+    if "\x00" in filters.get("key", "") or len(filters.get("key", "")) > MAX_KEY:
+        raise ValidationFailed({"key": ["Not a key: 1 to 128 characters, no U+0000."]})
+    if "workflow" in filters:
+        workflow = parsing.task_id(filters.pop("workflow"))  # ids of one shape
+        if workflow is None:
+            raise ValidationFailed({"workflow": ["Not a workflow id this API gave out."]})
+        filters["workflow_id"] = workflow
     limit = parsing.query_int(params, "limit", DEFAULT_LIMIT, minimum=1, cap=MAX_LIMIT)
     cursor = params.get("cursor")
     qs = _cut(tasks.filter(**filters), IN_LISTS).order_by("-pk")

@@ -16,8 +16,10 @@ from contract.fields import StrictSerializer
 from contract.limits import (
     DEFAULT_LEASE_MS,
     DEFAULT_WAIT_MS,
+    MAX_CHECKPOINT_BYTES,
     MAX_JSON_DEPTH,
     MAX_LEASE_MS,
+    MAX_PROGRESS_MESSAGE,
     MAX_WAIT_MS,
     QUEUE_MESSAGE,
     QUEUE_PATTERN,
@@ -27,7 +29,7 @@ from contract.limits import nests_at_most as _nests_at_most
 from contract.limits import parse_task_id as task_id
 
 if TYPE_CHECKING:
-    from broker.queue import NewTask
+    from broker.queue import NewTask, Report
 
 # Names the views and batch endpoints read from here; each is defined once, in contract/.
 __all__ = [
@@ -189,3 +191,51 @@ def only_fields(body: dict[str, Any], allowed: set[str]) -> None:
     unknown = [key for key in body if key not in allowed]
     if unknown:
         raise ValidationFailed({key: ["Unknown field."] for key in unknown})
+
+
+# -- progress reports -------------------------------------------------------------------------
+
+REPORT_FIELDS = ("fraction", "message", "checkpoint")
+
+
+def parse_progress(body: dict[str, Any]) -> Report:
+    """A POST /jobs/{id}/progress body (lease_id and lease_ms aside) → Report; 400 naming each
+    bad field, or the body when it reports nothing."""
+    from broker.queue import Report
+
+    if not any(name in body for name in REPORT_FIELDS):
+        nothing = "Report at least one of fraction, message, checkpoint."
+        raise ValidationFailed({"body": [nothing]}, nothing)
+    problems: dict[str, list[str]] = {}
+    fraction = body.get("fraction")
+    # bool is an int to Python, not a number to JSON.
+    if fraction is not None and (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not 0 <= fraction <= 1
+    ):
+        problems["fraction"] = ["Must be a number from 0 to 1, or null."]
+    message = body.get("message")
+    if message is not None and (
+        not isinstance(message, str) or len(message) > MAX_PROGRESS_MESSAGE
+    ):
+        problems["message"] = [
+            f"Must be a string of at most {MAX_PROGRESS_MESSAGE} characters, or null."
+        ]
+    checkpoint = body.get("checkpoint")
+    text = json.dumps(checkpoint, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_CHECKPOINT_BYTES:
+        problems["checkpoint"] = [
+            f"Is {size} bytes as JSON; at most {MAX_CHECKPOINT_BYTES} are kept."
+        ]
+    if problems:
+        raise ValidationFailed(problems)
+    fields: dict[str, Any] = {}
+    if "fraction" in body:
+        fields["fraction"] = None if fraction is None else float(fraction)
+    if "message" in body:
+        fields["message"] = message
+    if "checkpoint" in body:
+        fields["checkpoint"] = None if checkpoint is None else dump_json(checkpoint)
+    return Report(**fields)

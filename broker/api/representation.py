@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -10,6 +11,7 @@ import orjson
 from broker.models import Task
 from broker.queue import ClaimedTask, Delivery
 from broker.queue.base import api_time
+from broker.queue.dependencies import Parent
 from broker.states import PRIORITY_NAMES
 
 timestamp = api_time  # RFC 3339, UTC, milliseconds: the one rule, beside the claim's SQL
@@ -31,13 +33,26 @@ def claimed_task(task: Task | ClaimedTask) -> dict[str, Any]:
         "queue": task.queue,
         "priority": PRIORITY_NAMES[task.priority],
         "type": task.type,
+        "key": task.key,
         "created_at": created if isinstance(created, str) else timestamp(created),
         "available_at": available if isinstance(available, str) else timestamp(available),
+        "checkpoint": _json_text(task.checkpoint),
     }
 
 
+def _with_parents(body: dict[str, Any], parents: Sequence[Parent]) -> dict[str, Any]:
+    """`after` and `parents`: what the task waits or waited for, with their states and results,
+    so a step reads its inputs without another request."""
+    body["after"] = [str(p.pk) for p in parents]
+    body["parents"] = {
+        str(p.pk): {"state": p.state, "result": _json_text(p.result)} for p in parents
+    }
+    return body
+
+
 def delivery(d: Delivery) -> dict[str, Any]:
-    return {"task": claimed_task(d.task), "lease_id": d.lease_id, "deadline": timestamp(d.deadline)}
+    task = _with_parents(claimed_task(d.task), d.parents)
+    return {"task": task, "lease_id": d.lease_id, "deadline": timestamp(d.deadline)}
 
 
 class ShownError(NamedTuple):
@@ -64,12 +79,22 @@ def _shown_error(e: ShownError) -> dict[str, Any]:
 
 
 def listed_task(
-    task: Task, errors: list[ShownError], error_count: int, last_error: tuple[str | None, int]
+    task: Task,
+    errors: list[ShownError],
+    error_count: int,
+    last_error: tuple[str | None, int],
+    parents: Sequence[Parent] = (),
 ) -> dict[str, Any]:
     """The task with the newest of its `error_count` errors, each as cut by the caller, and
-    `last_error` as (head, whole length); a cut text says so (`truncated`)."""
+    `last_error` as (head, whole length); a cut text says so (`truncated`); `parents`: what it
+    waits or waited for (`after`)."""
     last_head, last_length = last_error
-    body = claimed_task(task)
+    body = _with_parents(claimed_task(task), parents)
+    body.update(
+        after_policy=task.after_policy,
+        workflow=None if task.workflow_id is None else str(task.workflow_id),
+        ref=task.ref,
+    )
     body.update(
         state=task.state,
         errors=[_shown_error(e) for e in errors],
@@ -81,5 +106,17 @@ def listed_task(
         worker=task.worker,
         lease_deadline=timestamp(task.lease_deadline),
         idempotency_key=task.idempotency_key,
+        progress=progress(task),
     )
     return body
+
+
+def progress(task: Task) -> dict[str, Any] | None:
+    """The holder's last report: {"fraction", "message", "at"}, or None before any."""
+    if task.progress_at is None:
+        return None
+    return {
+        "fraction": task.progress_fraction,
+        "message": task.progress_message,
+        "at": timestamp(task.progress_at),
+    }

@@ -22,7 +22,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 
-from broker.api.schema_components import COMPONENTS, Schema, ref
+from broker.api import schema_operate as operate
+from broker.api.schema_components import (
+    BATCH_COMPONENTS,
+    LEASE_COMPONENTS,
+    TASK_COMPONENTS,
+    Schema,
+    ref,
+)
 from broker.api.schema_operations import (
     OPEN_OPERATIONS,
     OPERATIONS,
@@ -31,6 +38,20 @@ from broker.api.schema_operations import (
     error_answer,
 )
 from broker.exceptions import DatabaseUnavailable
+from broker.history import schema as history
+from broker.workflows import schema as workflows
+
+# Each room of the API states its own operations and shapes (broker/workflows, ...).
+OPERATIONS = {**OPERATIONS, **operate.OPERATIONS, **history.OPERATIONS, **workflows.OPERATIONS}
+# Interleaved, not appended: the document's components keep the order they were published in.
+COMPONENTS = {
+    **TASK_COMPONENTS,
+    **operate.COMPONENTS,
+    **LEASE_COMPONENTS,
+    **history.COMPONENTS,
+    **BATCH_COMPONENTS,
+    **workflows.COMPONENTS,
+}
 
 
 def _extension(target: str, operations: dict[str, Schema]) -> type[OpenApiViewExtension]:

@@ -48,11 +48,30 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
     "queue": {"type": "string"},
     "priority": ref("Priority"),
     "type": _TEXT_OR_NULL,
+    "key": {**_TEXT_OR_NULL, "description": "Its tenant's, customer's or entity's id."},
     "created_at": _TIME,
     "available_at": _TIME,
-}
+    "checkpoint": {
+        **ANY_JSON,
+        "description": "The last checkpoint its holders reported (POST /jobs/{id}/progress), "
+        "null when none: a redelivered task resumes from it.",
+    },
+    "after": {
+        "type": "array", "items": {"type": "string"},
+        "description": "The tasks it waits or waited for (`[]` when none).",
+    },
+    "parents": {
+        "type": "object",
+        "additionalProperties": _object({"state": ref("State"), "result": ANY_JSON},
+                                        ["state", "result"]),
+        "description": "Per task in `after`: its state and result (`{}` when none).",
+    },
+}  # fmt: skip
 _LISTED_TASK_FIELDS: dict[str, Schema] = {
     **_CLAIMED_TASK_FIELDS,
+    "after_policy": {"type": "string", "enum": list(limits.AFTER_POLICIES), "nullable": True},
+    "workflow": {**_TEXT_OR_NULL, "description": "The workflow it is a step of."},
+    "ref": {**_TEXT_OR_NULL, "description": "Its step's ref in that workflow."},
     "state": ref("State"),
     "errors": {"type": "array", "items": ref("AttemptError")},
     "last_error": _TEXT_OR_NULL,
@@ -61,7 +80,14 @@ _LISTED_TASK_FIELDS: dict[str, Schema] = {
     "worker": {**_TEXT_OR_NULL, "description": "X-Broker-Worker of the current holder."},
     "lease_deadline": _TIME_OR_NULL,
     "idempotency_key": _TEXT_OR_NULL,
+    "progress": {
+        **ref("Progress"),
+        "nullable": True,
+        "description": "The holder's last report; null before any. Kept once done.",
+    },
 }
+_FRACTION: Schema = {"type": "number", "minimum": 0, "maximum": 1, "nullable": True}
+_MESSAGE: Schema = {"type": "string", "maxLength": limits.MAX_PROGRESS_MESSAGE, "nullable": True}
 
 _ENQUEUE_FIELDS: dict[str, Schema] = {
     "payload": {**ANY_JSON, "description": "Required (the key must be present); any JSON."},
@@ -91,55 +117,30 @@ _ENQUEUE_FIELDS: dict[str, Schema] = {
         "maxLength": limits.MAX_IDEMPOTENCY_KEY,
         "description": "A repeat with a key still kept answers 200 with the first task's id.",
     },
-}
+    "key": {
+        "type": "string", "nullable": True, "minLength": 1, "maxLength": limits.MAX_KEY,
+        "description": "A tenant's, customer's or entity's id: fair queues share claims among "
+                       "keys, key_max_in_flight caps each, ordered queues run each key's tasks "
+                       "one at a time in order.",
+    },
+    "after": {
+        "type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": limits.MAX_AFTER,
+        "uniqueItems": True, "nullable": True,
+        "description": "Ids of existing tasks to wait for: the task starts blocked.",
+    },
+    "after_policy": {
+        "type": "string", "enum": list(limits.AFTER_POLICIES),
+        "default": limits.DEFAULT_AFTER_POLICY,
+        "description": "done: released when all are done (a cancel cascades); finished: "
+                       "when all are done, dead or cancelled.",
+    },
+}  # fmt: skip
 
 _GAUGE_FIELDS: dict[str, Schema] = {state.value: _COUNT for state in GAUGE_STATES}
-_QUEUE_SETTINGS: dict[str, Schema] = {
-    "paused": {"type": "boolean", "description": "Claims take nothing from the queue."},
-    "max_in_flight": {
-        "type": "integer", "minimum": 1, "maximum": limits.MAX_IN_FLIGHT, "nullable": True,
-        "description": "At most this many of its tasks handed out at once, across processes.",
-    },
-    "rate_per_s": {
-        "type": "number", "exclusiveMinimum": True, "minimum": 0,
-        "maximum": limits.MAX_RATE_PER_S, "nullable": True,
-        "description": "At most this many claims a second; over T seconds at most "
-                       "rate_per_s x T + max(1, rate_per_s).",
-    },
-}  # fmt: skip
-_QUEUE_FIELDS: dict[str, Schema] = {
-    "name": ref("QueueName"),
-    **_QUEUE_SETTINGS,
-    **_GAUGE_FIELDS,
-}
 _REASON = {
     "type": "string",
-    "enum": ["delayed", "retry_backoff", "queue_paused", "queue_full", "rate_limited",
-             "no_workers", "queued"],
-}  # fmt: skip
-_SCHEDULE_TIMING: dict[str, Schema] = {
-    "cron": {
-        "type": "string", "nullable": True, "maxLength": limits.MAX_CRON,
-        "description": "5 fields, in `timezone`; or give `every_s`.",
-    },
-    "timezone": {
-        "type": "string", "nullable": True,
-        "description": "An IANA time zone name (default UTC); cron schedules only.",
-    },
-    "every_s": {
-        "type": "integer", "minimum": 1, "maximum": limits.MAX_EVERY_S, "nullable": True,
-        "description": "Seconds between due times; or give `cron`.",
-    },
-}  # fmt: skip
-_SCHEDULE_NAME: Schema = {
-    "type": "string", "pattern": f"^{limits.SCHEDULE_NAME_RULE}$", "minLength": 1,
-    "maxLength": limits.MAX_SCHEDULE_NAME,
-}  # fmt: skip
-_SCHEDULE_CHANGES: dict[str, Schema] = {
-    **_SCHEDULE_TIMING,
-    "job": {**ref("EnqueueRequest"), "description": "A POST /jobs body, without an "
-            "idempotency_key: each due time enqueues a task of its own."},
-    "paused": {"type": "boolean"},
+    "enum": ["parent_dead", "blocked", "delayed", "retry_backoff", "queue_paused",
+             "queue_full", "key_busy", "key_full", "rate_limited", "no_workers", "queued"],
 }  # fmt: skip
 
 _SETTLE_ITEM_RESULT = _object(
@@ -171,7 +172,9 @@ def _settle_items(extra: str) -> Schema:
     return {"type": "array", "maxItems": limits.MAX_BATCH, "items": item}
 
 
-COMPONENTS: dict[str, Schema] = {
+# Split in three so that broker/api/schema.py can slot the queues', schedules' and history's
+# shapes in between: the document lists them in the order they always had.
+TASK_COMPONENTS: dict[str, Schema] = {
     "Error": _object(
         {
             "error": {"type": "string", "description": "One human sentence."},
@@ -207,27 +210,16 @@ COMPONENTS: dict[str, Schema] = {
             "detail": {"type": "string", "description": "One human sentence."},
             "until": {**_TIME, "description": "delayed, retry_backoff: when it becomes ready."},
             "ahead": {**_COUNT, "description": "queued: ready tasks of its queue claimed first."},
+            "on": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "blocked, parent_dead: the tasks it still waits for.",
+            },
         },
         ["reason", "detail"],
     ),
-    "Queue": _object(_QUEUE_FIELDS, list(_QUEUE_FIELDS)),
-    "Queues": _object({"results": {"type": "array", "items": ref("Queue")}}, ["results"]),
-    "QueueSettings": _object(_QUEUE_SETTINGS, [], closed=True),
-    "Schedule": _object(
-        {
-            "name": _SCHEDULE_NAME,
-            **_SCHEDULE_CHANGES,
-            "next_run_at": _TIME_OR_NULL,
-            "last_run_at": _TIME_OR_NULL,
-            "last_task_id": _TEXT_OR_NULL,
-        },
-        ["name", *_SCHEDULE_CHANGES, "next_run_at", "last_run_at", "last_task_id"],
-    ),
-    "Schedules": _object({"results": {"type": "array", "items": ref("Schedule")}}, ["results"]),
-    "ScheduleRequest": _object(
-        {"name": _SCHEDULE_NAME, **_SCHEDULE_CHANGES}, ["name", "job"], closed=True
-    ),
-    "ScheduleChanges": _object(_SCHEDULE_CHANGES, [], closed=True),
+}
+LEASE_COMPONENTS: dict[str, Schema] = {
     "TaskPage": _object(
         {
             "results": {"type": "array", "items": ref("Task")},
@@ -254,6 +246,29 @@ COMPONENTS: dict[str, Schema] = {
         [],
         closed=True,
     ),
+    "Progress": _object(
+        {"fraction": _FRACTION, "message": _MESSAGE, "at": {**_TIME, "description": "Reported."}},
+        ["fraction", "message", "at"],
+    ),
+    "ProgressRequest": _object(
+        {
+            "lease_id": {"type": "string"},
+            "lease_ms": {
+                "type": "integer",
+                "minimum": limits.MIN_LEASE_MS,
+                "description": "Also extend the lease to now + lease_ms (capped as extend's).",
+            },
+            "fraction": _FRACTION,
+            "message": _MESSAGE,
+            "checkpoint": {
+                **ANY_JSON,
+                "description": f"At most {limits.MAX_CHECKPOINT_BYTES} bytes as compact UTF-8 "
+                "JSON; handed out again with the task's next delivery.",
+            },
+        },
+        [],
+        closed=True,
+    ),
     "Gauges": _object(_GAUGE_FIELDS, [s.value for s in GAUGE_STATES]),
     "Stats": _object(
         {
@@ -263,6 +278,8 @@ COMPONENTS: dict[str, Schema] = {
         },
         [*(s.value for s in GAUGE_STATES), "totals"],
     ),
+}
+BATCH_COMPONENTS: dict[str, Schema] = {
     "Health": _object({"status": {"type": "string", "enum": ["ok"]}}, ["status"]),
     "EnqueueBatchRequest": _object(
         {

@@ -18,7 +18,9 @@ from contract.limits import (
 )
 
 OPEN_OPERATIONS = {"health"}
-TAG_ORDER = ("jobs", "batch", "dead-letter queue", "queues", "schedules", "observability")
+TAG_ORDER = (
+    "jobs", "batch", "workflows", "dead-letter queue", "queues", "schedules", "observability",
+)  # fmt: skip
 
 
 def answer(description: str, schema: Schema | None = None, **headers: Schema) -> Schema:
@@ -91,6 +93,10 @@ CURSOR = _query(
 STATE = _query("state", ref("State"), "Only tasks in this state.")
 QUEUE = _query("queue", ref("QueueName"), "Only tasks of this queue.")
 TYPE = _query("type", {"type": "string"}, "Only tasks of this job type.")
+KEY = _query("key", {"type": "string", "maxLength": 128}, "Only tasks of this key.")
+WORKFLOW = _query(
+    "workflow", {"type": "string", "pattern": TASK_ID_PATTERN}, "Only the steps of this workflow."
+)
 
 BAD_REQUEST = error_answer("A parameter or the body is invalid; `fields` names each offender.")
 # The sentences the errors themselves carry (broker/exceptions.py).
@@ -98,9 +104,6 @@ NOT_HELD = error_answer(TaskNotHeld().message)
 OTHER_LEASE = error_answer(LeaseMismatch().message)
 NO_TASK = error_answer(TaskNotFound().message)
 LOCATION = {"description": "`/jobs/{id}` of the task.", "schema": {"type": "string"}}
-QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": ref("QueueName")}
-SCHEDULE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-NO_SCHEDULE = error_answer("No such schedule.")
 
 
 def _op(op_id: str, summary: str, tag: str, responses: dict[int, Schema], **rest: Any) -> Schema:
@@ -111,18 +114,6 @@ def _op(op_id: str, summary: str, tag: str, responses: dict[int, Schema], **rest
         **rest,
         "responses": {str(code): answer for code, answer in responses.items()},
     }
-
-
-def _on_schedule(op_id: str, summary: str, responses: dict[int, Schema], **rest: Any) -> Schema:
-    """An operation on /schedules/{name}: a 404 when no schedule has that name."""
-    return _op(
-        op_id,
-        summary,
-        "schedules",
-        {**responses, 404: NO_SCHEDULE},
-        parameters=[SCHEDULE_NAME],
-        **rest,
-    )
 
 
 def _settle(op_id: str, verb: str, request: str) -> Schema:
@@ -173,7 +164,7 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             "List tasks",
             "jobs",
             {200: _LIST_PAGE, 400: BAD_REQUEST},
-            parameters=[STATE, QUEUE, TYPE, LIMIT, CURSOR],
+            parameters=[STATE, QUEUE, TYPE, KEY, WORKFLOW, LIMIT, CURSOR],
         ),
     },
     "broker.api.views.ClaimView": {
@@ -231,6 +222,30 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             requestBody=_body(ref("ExtendRequest"), required=False),
         ),
     },
+    "broker.api.views.ProgressView": {
+        "post": _op(
+            "progress",
+            "Report progress and a checkpoint on a held task",
+            "jobs",
+            {
+                200: answer("The lease's deadline (moved only with lease_ms).", ref("Deadline")),
+                400: BAD_REQUEST,
+                404: NOT_HELD,
+                409: OTHER_LEASE,
+            },
+            parameters=[
+                TASK_ID,
+                LEASE_ID,
+                _query(
+                    "lease_ms",
+                    {"type": "integer", "minimum": MIN_LEASE_MS},
+                    f"Also extend the lease to now + lease_ms; above {MAX_LEASE_MS} counts as "
+                    f"{MAX_LEASE_MS}.",
+                ),
+            ],
+            requestBody=_body(ref("ProgressRequest"), required=True),
+        ),
+    },
     "broker.api.views.StatsView": {
         "get": _op(
             "stats",
@@ -284,65 +299,6 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
                 }
             },
         ),
-    },
-    "broker.api.operate.QueuesView": {
-        "get": _op(
-            "list_queues",
-            "Every queue: settings and gauges",
-            "queues",
-            {200: answer("Queues a task or a setting named, by name.", ref("Queues"))},
-        ),
-    },
-    "broker.api.operate.QueueView": {
-        "get": _op(
-            "get_queue",
-            "One queue",
-            "queues",
-            {
-                200: answer("Its settings and gauges.", ref("Queue")),
-                404: error_answer("No task and no setting ever named it."),
-            },
-            parameters=[QUEUE_NAME],
-        ),
-        "patch": _op(
-            "set_queue",
-            "Pause, resume or limit a queue (a new name creates its settings)",
-            "queues",
-            {200: answer("The queue now.", ref("Queue")), 400: BAD_REQUEST},
-            parameters=[QUEUE_NAME],
-            requestBody=_body(ref("QueueSettings"), required=True),
-        ),
-    },
-    "broker.api.operate.SchedulesView": {
-        "post": _op(
-            "create_schedule",
-            "Create a schedule",
-            "schedules",
-            {
-                201: answer("Created.", ref("Schedule")),
-                400: BAD_REQUEST,
-                409: error_answer("A schedule with this name exists."),
-            },
-            requestBody=_body(ref("ScheduleRequest"), required=True),
-        ),
-        "get": _op(
-            "list_schedules",
-            "Every schedule",
-            "schedules",
-            {200: answer("By name.", ref("Schedules"))},
-        ),
-    },
-    "broker.api.operate.ScheduleView": {
-        "get": _on_schedule(
-            "get_schedule", "One schedule", {200: answer("The schedule.", ref("Schedule"))}
-        ),
-        "patch": _on_schedule(
-            "change_schedule",
-            "Pause, resume, retime or change a schedule's job",
-            {200: answer("The schedule now.", ref("Schedule")), 400: BAD_REQUEST},
-            requestBody=_body(ref("ScheduleChanges"), required=True),
-        ),
-        "delete": _on_schedule("delete_schedule", "Delete a schedule", {204: answer("Deleted.")}),
     },
     "broker.api.batch.EnqueueBatchView": {
         "post": _op(

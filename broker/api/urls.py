@@ -3,6 +3,8 @@
 from django.urls import path
 
 from broker.api import batch, operate, views
+from broker.history.views import HistoryView
+from broker.workflows import views as workflows
 
 urlpatterns = [
     path("jobs/next", views.ClaimView.as_view()),
@@ -14,8 +16,10 @@ urlpatterns = [
     path("jobs/nack", batch.NackBatchView.as_view()),
     path("jobs/<str:task_id>/nack", views.NackView.as_view()),
     path("jobs/<str:task_id>/extend", views.ExtendView.as_view()),
+    path("jobs/<str:task_id>/progress", views.ProgressView.as_view()),
     path("jobs/<str:task_id>", views.TaskView.as_view()),
     path("stats", views.StatsView.as_view()),
+    path("stats/history", HistoryView.as_view()),
     path("dlq", views.DeadLetterView.as_view()),
     path("dlq/<str:task_id>/requeue", views.RequeueView.as_view()),
     path("healthz", views.HealthView.as_view()),
@@ -23,4 +27,6 @@ urlpatterns = [
     path("queues/<str:name>", operate.QueueView.as_view()),
     path("schedules", operate.SchedulesView.as_view()),
     path("schedules/<str:name>", operate.ScheduleView.as_view()),
+    path("workflows", workflows.WorkflowsView.as_view()),
+    path("workflows/<str:workflow_id>", workflows.WorkflowView.as_view()),
 ]

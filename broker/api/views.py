@@ -15,12 +15,11 @@ from broker.api.base import BrokerView
 from broker.api.errors import error_body
 from broker.api.representation import delivery, timestamp
 from broker.exceptions import DatabaseUnavailable, TaskNotFound
-from broker.longpoll import claim_wait, socket_gone
+from broker.longpoll import claim_wait, parking_of, socket_gone
 from broker.models import Task
-from broker.states import State
 
 WORKER_HEADER = "HTTP_X_BROKER_WORKER"
-_WAITING_STATES = frozenset({State.READY, State.DELAYED})
+_WAITING_STATES = frozenset(waiting.WAITING_STATES)
 
 
 def _task_pk(raw: str) -> int:
@@ -73,6 +72,7 @@ class ClaimView(BrokerView):
             wait_ms=wait_ms,
             worker=worker_identity(request),
             gone=socket_gone(request.META.get("gunicorn.socket")),
+            parking=parking_of(request.META),
         )
         if not got:
             return Response(status=204)
@@ -106,18 +106,38 @@ class NackView(_SettleView):
     extra = "error"
 
 
+def _lease_ms(request: Request, body: dict[str, Any]) -> int | None:
+    """lease_ms from the query or the body (None when neither gives it), capped as a claim's."""
+    params: dict[str, Any] = {"lease_ms": request.GET.get("lease_ms")}
+    if "lease_ms" in body:
+        params["lease_ms"] = str(body["lease_ms"]) if type(body["lease_ms"]) is int else "x"
+    if params["lease_ms"] is None:
+        return None
+    return parsing.query_int(params, "lease_ms", 0, minimum=1, cap=parsing.MAX_LEASE_MS)
+
+
 class ExtendView(BrokerView):
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request, required=False)
         parsing.only_fields(body, {"lease_id", "lease_ms"})
         lease_id = parsing.lease_id_from(request, body)
-        params: dict[str, Any] = {"lease_ms": request.GET.get("lease_ms")}
-        if "lease_ms" in body:
-            params["lease_ms"] = str(body["lease_ms"]) if type(body["lease_ms"]) is int else "x"
-        lease_ms = parsing.query_int(
-            params, "lease_ms", parsing.DEFAULT_LEASE_MS, minimum=1, cap=parsing.MAX_LEASE_MS
-        )
+        lease_ms = _lease_ms(request, body) or parsing.DEFAULT_LEASE_MS
         deadline = queue.extend(_task_pk(task_id), lease_id=lease_id, lease_ms=lease_ms)
+        return Response({"deadline": timestamp(deadline)})
+
+
+class ProgressView(BrokerView):
+    """POST /jobs/{id}/progress: the holder reports how far it got, and may extend its lease."""
+
+    def post(self, request: Request, task_id: str) -> Response:
+        body = parsing.read_object(request)
+        parsing.only_fields(body, {"lease_id", "lease_ms", *parsing.REPORT_FIELDS})
+        lease_id = parsing.lease_id_from(request, body)
+        lease_ms = _lease_ms(request, body)
+        report = parsing.parse_progress(body)
+        deadline = queue.progress(
+            _task_pk(task_id), lease_id=lease_id, report=report, lease_ms=lease_ms
+        )
         return Response({"deadline": timestamp(deadline)})
 
 

@@ -8,4 +8,5 @@ app_name = "dashboard"
 urlpatterns = [
     path("", views.index, name="index"),
     path("data.json", views.data, name="data"),
+    path("history.json", views.history, name="history"),
 ]

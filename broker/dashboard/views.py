@@ -18,9 +18,14 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
-from broker import queue
+from broker import queue, queues
+from broker.api.errors import ValidationFailed, error_body
+from broker.dashboard import keys
+from broker.history import reading
+from broker.history.views import parse_range
 from broker.models import RESTRICTED, Queue, Task
-from broker.states import Priority
+from broker.queue.base import api_time
+from broker.states import Priority, State
 
 TOP_ERRORS = 5
 # Errors are grouped on their first characters: a traceback's tail often differs per task.
@@ -28,6 +33,8 @@ ERROR_KEY_CHARS = 200
 # Grouping every dead task's error is the one costly read here; many open dashboards share it.
 TOP_ERRORS_CACHE_S = 10
 TOP_ERRORS_CACHE_KEY = "broker:dashboard:top-errors"
+# Running tasks listed, longest running first: the long ones are those people watch.
+RUNNING_SHOWN = 20
 
 
 def _staff_json(view: Callable[[HttpRequest], HttpResponse]) -> Callable[..., HttpResponse]:
@@ -51,6 +58,11 @@ def index(request: HttpRequest) -> HttpResponse:
         "initial": snapshot(),
         "data_url": reverse("dashboard:data"),
         "dlq_url": reverse("admin:broker_deadtask_changelist"),
+        "blocked_url": reverse("admin:broker_task_changelist") + "?state__exact=blocked",
+        "history_url": reverse("dashboard:history"),
+        "queue_names": queues.names(),
+        # The last hour, drawn at once: a reload shows the past, not an empty chart.
+        "initial_history": history_answer({}),
     }
     return render(request, "dashboard/index.html", context)
 
@@ -62,8 +74,27 @@ def data(request: HttpRequest) -> JsonResponse:
     return response
 
 
+@_staff_json
+def history(request: HttpRequest) -> JsonResponse:
+    """GET /stats/history's answer, for the staff session the dashboard runs in (the API
+    itself may want a bearer token)."""
+    try:
+        body = history_answer(request.GET)
+    except ValidationFailed as exc:
+        return JsonResponse(error_body(exc.message, exc.fields), status=400)
+    response = JsonResponse(body)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def history_answer(params: Any) -> dict[str, Any]:
+    asked = parse_range(params)
+    return {"step": asked.step, "points": reading.points(asked)}
+
+
 def snapshot() -> dict[str, Any]:
-    """Gauges, lifetime totals, the invariant, the oldest ready task's age and the top errors."""
+    """Gauges, lifetime totals, the invariant, the oldest ready task's age, the top errors, the
+    running tasks, and the busiest keys of the queues that go by key."""
     counts = queue.stats()  # one snapshot
     overall, per_queue, totals = counts["gauges"], counts["queues"], counts["totals"]
     now = timezone.now()
@@ -84,16 +115,42 @@ def snapshot() -> dict[str, Any]:
         },
         "oldest_ready_age_s": None if oldest is None else round((now - oldest).total_seconds(), 3),
         "top_errors": top_errors(),
+        "running": running_tasks(),
+        "top_keys": keys.top_keys(),
     }
 
 
+def running_tasks() -> list[dict[str, Any]]:
+    """The longest-running handed-out tasks, each with its holder's last progress report."""
+    rows = (
+        Task.objects.filter(state=State.HANDED_OUT)
+        .order_by("claimed_at", "pk")
+        .values_list(
+            "pk", "queue", "type", "worker", "attempts", "claimed_at", "progress_fraction",
+            "progress_message", "progress_at",
+        )[:RUNNING_SHOWN]
+    )  # fmt: skip
+    return [
+        {
+            "id": str(pk), "queue": queue_name, "type": type_, "worker": worker,
+            "attempts": attempts, "claimed_at": api_time(claimed_at),
+            "claimed_ms": int(claimed_at.timestamp() * 1000) if claimed_at else None,
+            "progress": None if at is None else
+            {"fraction": fraction, "message": message, "at": api_time(at)},
+            "url": reverse("admin:broker_task_change", args=[pk]),
+        }
+        for pk, queue_name, type_, worker, attempts, claimed_at, fraction, message, at in rows
+    ]  # fmt: skip
+
+
 def queue_settings() -> dict[str, dict[str, Any]]:
-    """The queues that are paused or limited, by name, with those settings."""
-    rows = Queue.objects.filter(RESTRICTED).order_by("name")
+    """The queues that are paused, limited, or go by key, by name, with those settings."""
+    rows = Queue.objects.filter(RESTRICTED | keys.KEYED).order_by("name")
     return {
         row.name: {
             "paused": row.paused, "max_in_flight": row.max_in_flight,
-            "rate_per_s": row.rate_per_s,
+            "rate_per_s": row.rate_per_s, "fair": row.fair,
+            "key_max_in_flight": row.key_max_in_flight, "ordered": row.ordered,
         }
         for row in rows
     }  # fmt: skip
@@ -119,12 +176,12 @@ def top_errors() -> list[dict[str, Any]]:
     if cached is None:
         rows = (
             Task.objects.dead()
-            .annotate(key=Left("last_error", ERROR_KEY_CHARS))
-            .values("key")
+            .annotate(error_head=Left("last_error", ERROR_KEY_CHARS))
+            .values("error_head")
             .annotate(n=Count("pk"))
-            .order_by("-n", "key")[:TOP_ERRORS]
+            .order_by("-n", "error_head")[:TOP_ERRORS]
         )
-        cached = [(row["key"], row["n"]) for row in rows]
+        cached = [(row["error_head"], row["n"]) for row in rows]
         cache.set(TOP_ERRORS_CACHE_KEY, cached, TOP_ERRORS_CACHE_S)
     dlq = reverse("admin:broker_deadtask_changelist")
     return [

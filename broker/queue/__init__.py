@@ -7,10 +7,15 @@ target states and counters of each move come from `broker.states.TRANSITIONS`.
 
     enqueue.py      enqueue, enqueue_many
     lease.py        claim, settle (ack/nack, one or many), extend
+    progress.py     progress: the holder's report and checkpoint (no state change)
     restricted.py   the claim of paused and limited queues (max_in_flight, rate_per_s)
     deadletters.py  requeue, cancel, cancel_queue (purge)
-    redelivery.py   release (handed_out → ready at once), failed attempts no worker nacked
-    sweeps.py       reclaim_expired, promote_delayed, prune_finished
+    redelivery.py   release (handed_out → ready at once), failed attempts no worker nacked,
+                    ack_lapsed (SQS's delete after a lapsed visibility timeout)
+    sweeps.py       pending (which moves have work), reclaim_expired (held after an outage:
+                    hold_reclaims), promote_delayed, prune_finished
+    dependencies.py `after`: block at enqueue, release and cascade when parents finish
+    graphs.py       workflows: enqueue a whole graph, cancel every step left
     counters.py     the counter rows: moving, folding, one-snapshot reads
     sql.py          every statement
 """
@@ -27,6 +32,7 @@ from broker.queue.base import (
 from broker.queue.counters import fold_deltas, gauges, stats, totals
 from broker.queue.deadletters import cancel, cancel_many, cancel_queue, requeue, requeue_many
 from broker.queue.enqueue import enqueue, enqueue_many
+from broker.queue.graphs import cancel_steps, enqueue_graph
 from broker.queue.lease import (
     Claimed,
     ack,
@@ -37,8 +43,17 @@ from broker.queue.lease import (
     nack_many,
     settle,
 )
-from broker.queue.redelivery import limit_receives, release, release_many
-from broker.queue.sweeps import promote_delayed, prune_finished, reclaim_expired
+from broker.queue.progress import Report, progress
+from broker.queue.redelivery import ack_lapsed, limit_receives, release, release_many
+from broker.queue.sweeps import (
+    Pending,
+    hold_reclaims,
+    pending,
+    promote_delayed,
+    prune_finished,
+    prune_holds,
+    reclaim_expired,
+)
 
 __all__ = [
     "LEASE_EXPIRED",
@@ -48,23 +63,32 @@ __all__ = [
     "Delivery",
     "NewTask",
     "Outcome",
+    "Pending",
+    "Report",
     "Settle",
     "ack",
+    "ack_lapsed",
     "ack_many",
     "cancel",
     "cancel_many",
     "cancel_queue",
+    "cancel_steps",
     "claim",
     "enqueue",
+    "enqueue_graph",
     "enqueue_many",
     "extend",
     "fold_deltas",
     "gauges",
+    "hold_reclaims",
     "limit_receives",
     "nack",
     "nack_many",
+    "pending",
+    "progress",
     "promote_delayed",
     "prune_finished",
+    "prune_holds",
     "reclaim_expired",
     "release",
     "release_many",

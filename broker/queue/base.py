@@ -39,6 +39,9 @@ class NewTask:
     type: str | None = None
     idempotency_key: str | None = None
     backoff: bool = True  # False: a failed attempt is retried at once (SQS messages)
+    after: tuple[int, ...] = ()  # tasks to wait for (broker.queue.dependencies)
+    after_policy: str = "done"  # or "finished"
+    key: str | None = None  # a tenant's or entity's id (broker.queue.keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +60,20 @@ class ClaimedTask:
     type: str | None
     created_at: str
     available_at: str
+    after_policy: str | None = None  # not None: it waited for others (`after`)
+    checkpoint: str | None = None  # JSON text: the last checkpoint its holders reported
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """A claimed task and the lease it is held under."""
+    """A claimed task and the lease it is held under; `parents`: what it waited for, in `after`
+    order (dependencies.Parent: id, state, result)."""
 
     task: ClaimedTask
     lease_id: str
     deadline: datetime
+    parents: tuple[Any, ...] = ()
 
 
 # The answer for one item of a batch settle: None when it settled, else the error its single

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
@@ -11,7 +12,7 @@ from django.db import connection, transaction
 from broker import observe
 from broker.exceptions import InvalidTransition, NotInDeadLetterQueue, TaskNotFound
 from broker.models import Task
-from broker.queue import counters, restricted
+from broker.queue import counters, dependencies, keys, restricted
 from broker.queue.base import MAX_KEPT_ERRORS, current_time
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
@@ -26,6 +27,7 @@ def cancel(task_id: int) -> None:
     """
     sources, target, _ = TRANSITIONS["cancel"]
     with transaction.atomic():
+        dependencies.hold_turns([task_id])
         # Read (and lock) first: the 404/409 decision and the log line both need the old state.
         row = (
             Task.objects.select_for_update()
@@ -38,10 +40,12 @@ def cancel(task_id: int) -> None:
         state, queue_name, attempts = row
         if state not in sources:
             raise InvalidTransition(f"The task is already {state}.")
-        Task.objects.filter(pk=task_id).update(**_ending_lease(target))
+        now = current_time()
+        Task.objects.filter(pk=task_id).update(**_ending_lease(target, now))
         counters.bump(counters.count_moves(("cancel",), [(queue_name, state, target)]))
         if state == State.HANDED_OUT:
             restricted.wake_freed({queue_name: 1})
+        dependencies.after_finish({task_id: target}, now)  # the cascade, in this transaction
     observe.moved(state, target, task=task_id, queue=queue_name, attempts=attempts)
 
 
@@ -81,13 +85,13 @@ def requeue_many(task_ids: Iterable[int]) -> int:
     return _move_many(task_ids, "requeue", {"attempts": 0, "last_error": None})
 
 
-def _ending_lease(target: str) -> dict[str, Any]:
+def _ending_lease(target: str, now: datetime) -> dict[str, Any]:
     return {
         "state": target,
         "lease_id": None,
         "lease_deadline": None,
         "worker": None,
-        "updated_at": current_time(),
+        "updated_at": now,
     }
 
 
@@ -99,6 +103,8 @@ def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> 
     for start in range(0, len(ids), _BATCH):
         chunk = ids[start : start + _BATCH]
         with transaction.atomic():
+            if target == TRANSITIONS["cancel"][1]:
+                dependencies.hold_turns(chunk)
             rows = list(
                 Task.objects.select_for_update()
                 .filter(pk__in=chunk, state__in=sources)
@@ -107,13 +113,17 @@ def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> 
             )
             if not rows:
                 continue
-            update = {**_ending_lease(target), **changes}
+            now = current_time()
+            update = {**_ending_lease(target, now), **changes}
             if target == State.READY:
-                update["available_at"] = update["updated_at"]
+                update["available_at"] = now
             Task.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(**update)
             counters.bump(counters.count_moves((event,), [(q, s, target) for _, q, s in rows]))
+            if target == TRANSITIONS["cancel"][1]:
+                dependencies.after_finish({pk: target for pk, _, _ in rows}, now)
             if event == "requeue":
                 trim_errors([pk for pk, _, _ in rows])
+                keys.requeued([pk for pk, _, _ in rows])  # the end of their key's line
             restricted.wake_freed(Counter(q for _, q, s in rows if s == State.HANDED_OUT))
             if target == State.READY:
                 # Each queue's own claimers: a wake for another queue's would be lost on them.

@@ -9,19 +9,25 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 
 from broker import observe
+from broker.exceptions import InvalidTaskError
 from broker.models import Task
-from broker.queue import counters, sql
+from broker.queue import counters, dependencies, keys, sqlenqueue
 from broker.queue.base import NewTask, current_time, shard
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
 
-_EVENTS = ("enqueue", "enqueue_delayed")
+_EVENTS = ("enqueue", "enqueue_delayed", "enqueue_blocked")
 _READY = TRANSITIONS["enqueue"][1]
 _DELAYED = TRANSITIONS["enqueue_delayed"][1]
+_BLOCKED = TRANSITIONS["enqueue_blocked"][1]
 
 
 def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
-    """The columns of a new task that the enqueue decides (sql.NEW_VALUES); the rest are fixed."""
+    """The columns of a new task that the enqueue decides (sqlenqueue.NEW_VALUES); the rest are
+    fixed.
+
+    A blocked one keeps its delay as available_at - created_at: its delay counts from the
+    release (dependencies.after_finish)."""
     delayed = spec.delay_ms > 0
     return {
         "state": _DELAYED if delayed else _READY,
@@ -33,11 +39,47 @@ def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
         "available_at": now + timedelta(milliseconds=spec.delay_ms) if delayed else now,
         "idempotency_key": spec.idempotency_key,
         "backoff": spec.backoff,
+        "key": spec.key,
     }
 
 
-def _new_row(spec: NewTask, now: datetime) -> Task:
-    return Task(**_given(spec, now), attempts=0, created_at=now, updated_at=now)
+def _new_row(spec: NewTask, now: datetime, blocking: dependencies.Blocking | None = None) -> Task:
+    row = Task(**_given(spec, now), attempts=0, created_at=now, updated_at=now)
+    if spec.after:
+        row.after_policy = spec.after_policy
+    if blocking is not None and blocking.blockers:
+        row.state, row.blockers = _BLOCKED, blocking.blockers
+    return row
+
+
+def _blockings(specs: list[NewTask], prefix: str = "") -> list[dependencies.Blocking | None]:
+    """Lock every task the specs wait for, then plan each (None: waits for nothing). Raises
+    InvalidTaskError naming `<prefix>after.2` (prefix "3." for the fourth item of a batch)."""
+    named = sorted({pk for spec in specs for pk in spec.after})
+    if not named:
+        return [None] * len(specs)
+    states = dependencies.lock_parents(named)
+    problems: dict[str, list[str]] = {}
+    found: list[dependencies.Blocking | None] = []
+    for n, spec in enumerate(specs):
+        field = f"{prefix.format(n)}after"
+        unknown = {f"{field}.{i}": ["No such task."] for i, pk in enumerate(spec.after)
+                   if pk not in states}  # fmt: skip
+        if unknown:
+            problems.update(unknown)
+            found.append(None)
+            continue
+        try:
+            found.append(
+                dependencies.plan(spec.after, spec.after_policy, states, field)
+                if spec.after else None
+            )  # fmt: skip
+        except InvalidTaskError as exc:
+            problems.update(exc.fields)
+            found.append(None)
+    if problems:
+        raise InvalidTaskError(problems)
+    return found
 
 
 def enqueue(spec: NewTask) -> tuple[int, bool]:
@@ -49,13 +91,19 @@ def enqueue(spec: NewTask) -> tuple[int, bool]:
     transaction, and the counts never hold a lock another move waits for.
     """
     in_caller_transaction = connection.in_atomic_block
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and not spec.after and spec.key is None:
         return _enqueue_pg(spec, in_caller_transaction)
     for _ in range(3):
         try:
             with transaction.atomic():
-                row = _new_row(spec, current_time())
+                (blocking,) = _blockings([spec])
+                row = _new_row(spec, current_time(), blocking)
+                line = keys.line_up([row])
                 row.save(force_insert=True)
+                if line is not None:
+                    line.close()
+                if blocking is not None:
+                    dependencies.add_edges(row.pk, spec.after, spec.after_policy, blocking)
                 moves = [(row.queue, None, row.state)]
                 counters.bump(counters.count_moves(_EVENTS, moves), deferred=in_caller_transaction)
                 if row.state == State.READY:
@@ -85,7 +133,9 @@ def _enqueue_pg(spec: NewTask, in_caller_transaction: bool) -> tuple[int, bool]:
     """enqueue() on PostgreSQL: insert, count and NOTIFY in one statement."""
     now = current_time()
     params = {**_given(spec, now), "now": now, "shard": shard()}
-    statement = sql.ENQUEUE_IN_CALLER_TRANSACTION if in_caller_transaction else sql.ENQUEUE
+    statement = (
+        sqlenqueue.ENQUEUE_IN_CALLER_TRANSACTION if in_caller_transaction else sqlenqueue.ENQUEUE
+    )
     with connection.cursor() as cursor:
         for _ in range(3):
             cursor.execute(statement, params)
@@ -100,26 +150,37 @@ def _enqueue_pg(spec: NewTask, in_caller_transaction: bool) -> tuple[int, bool]:
     raise IntegrityError("idempotency key kept changing hands")
 
 
-def enqueue_many(specs: list[NewTask]) -> list[int]:
+def enqueue_many(specs: list[NewTask], prefix: str = "{}.") -> list[int]:
     """Store many tasks in one transaction, all or nothing; returns their ids in order.
 
     An item whose idempotency key is already kept (or repeats an earlier item's) gets that
-    task's id and creates nothing, as a single enqueue would.
+    task's id and creates nothing, as a single enqueue would. Raises InvalidTaskError naming
+    an item's unknown or impossible `after` as `prefix.format(index)` + "after.2".
     """
-    keys = {spec.idempotency_key for spec in specs if spec.idempotency_key is not None}
+    kept = {spec.idempotency_key for spec in specs if spec.idempotency_key is not None}
+    waits = any(spec.after or spec.key is not None for spec in specs)
     in_caller_transaction = connection.in_atomic_block
-    if not keys and connection.vendor == "postgresql":
+    if not kept and not waits and connection.vendor == "postgresql":
         return _enqueue_many_pg(specs, in_caller_transaction)
     for _ in range(3):
         try:
             with transaction.atomic():
-                slots, rows = _plan(specs, keys)
+                blockings: list[dependencies.Blocking | None] = [None] * len(specs)
+                if any(spec.after for spec in specs):
+                    blockings = _blockings(specs, prefix)
+                slots, rows = _plan(specs, kept, blockings)
+                line = keys.line_up(rows)
                 Task.objects.bulk_create(rows)
+                if line is not None:
+                    line.close()
+                for spec, slot, blocking in zip(specs, slots, blockings, strict=True):
+                    if blocking is not None and isinstance(slot, Task):
+                        dependencies.add_edges(slot.pk, spec.after, spec.after_policy, blocking)
                 moves = [(r.queue, None, r.state) for r in rows]
                 counters.bump(counters.count_moves(_EVENTS, moves), deferred=in_caller_transaction)
                 announce(Counter(r.queue for r in rows if r.state == State.READY))
         except IntegrityError:
-            if not keys:
+            if not kept:
                 raise
             continue  # a racing enqueue took one of the keys: look again
         for state, n in Counter(r.state for r in rows).items():
@@ -128,25 +189,27 @@ def enqueue_many(specs: list[NewTask]) -> list[int]:
     raise IntegrityError("idempotency keys kept changing hands")
 
 
-def _plan(specs: list[NewTask], keys: set[str]) -> tuple[list[Task | int], list[Task]]:
+def _plan(
+    specs: list[NewTask], idem: set[str], blockings: list[dependencies.Blocking | None]
+) -> tuple[list[Task | int], list[Task]]:
     """Each item's slot (a new row, or the id of the task keeping its key) and the new rows."""
     kept = (
-        dict(Task.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", "pk"))
-        if keys
+        dict(Task.objects.filter(idempotency_key__in=idem).values_list("idempotency_key", "pk"))
+        if idem
         else {}
     )
     now = current_time()
     rows: list[Task] = []
     slots: list[Task | int] = []
     by_key: dict[str, Task] = {}
-    for spec in specs:
+    for spec, blocking in zip(specs, blockings, strict=True):
         key = spec.idempotency_key
         if key in kept:
             slots.append(kept[key])
         elif key is not None and key in by_key:
             slots.append(by_key[key])
         else:
-            row = _new_row(spec, now)
+            row = _new_row(spec, now, blocking)
             rows.append(row)
             slots.append(row)
             if key is not None:
@@ -158,12 +221,14 @@ def _enqueue_many_pg(specs: list[NewTask], in_caller_transaction: bool) -> list[
     """enqueue_many() on PostgreSQL without keys: insert, count and NOTIFY in one statement."""
     now = current_time()
     rows = [_given(spec, now) for spec in specs]
-    columns = [c for c in sql.NEW_VALUES if c != "idempotency_key"]  # none here
+    columns = [c for c in sqlenqueue.NEW_VALUES if c != "idempotency_key"]  # none here
     params: dict[str, Any] = {c: [r[c] for r in rows] for c in columns}
     params.update(now=now, shard=shard())
     states = params["state"]
     statement = (
-        sql.ENQUEUE_MANY_IN_CALLER_TRANSACTION if in_caller_transaction else sql.ENQUEUE_MANY
+        sqlenqueue.ENQUEUE_MANY_IN_CALLER_TRANSACTION
+        if in_caller_transaction
+        else sqlenqueue.ENQUEUE_MANY
     )
     with connection.cursor() as cursor:
         cursor.execute(statement, params)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -16,10 +16,9 @@ from django.db.models import F
 
 from broker import observe
 from broker.exceptions import LeaseMismatch, TaskNotHeld
-from broker.models import Task, TaskError
-from broker.queue import counters, restricted, sql
+from broker.models import Task
+from broker.queue import counters, dependencies, restricted, sql
 from broker.queue.base import (
-    MAX_KEPT_ERRORS,
     ClaimedTask,
     Delivery,
     Outcome,
@@ -28,26 +27,18 @@ from broker.queue.base import (
     aware,
     current_time,
     kept_error,
-    retries_left,
-    retry_delay,
     shard,
     storable,
 )
-from broker.queue.deadletters import trim_errors
+from broker.queue.settling import Settled, settle_generic
 from broker.states import TRANSITIONS, State
 
 _HANDED_OUT = TRANSITIONS["claim"][1]
-_SETTLE_EVENTS = ("ack", "nack_retry", "nack_bury")
 _OUTCOMES: tuple[Outcome, ...] = (None, TaskNotHeld, LeaseMismatch)  # sql.SETTLE's codes
-
-
-class Settled(NamedTuple):
-    """One settle item's answer, and what the move's log line needs when it moved."""
-
-    error: Outcome
-    queue: str | None = None
-    attempts: int | None = None
-    state: str | None = None
+_AGAIN = 3  # sql.SETTLE: held under the item's lease, not moved: settle it again
+# A settle that meets a new dependant of its task (sqlrelease.unchanged) runs again, at most
+# this often.
+_TRIES = 3
 
 
 # -- claim ------------------------------------------------------------------------------------
@@ -85,6 +76,8 @@ def claim(
     if found is None:
         found, retry_in = restricted.claim(hand)
     tasks = [ClaimedTask(*row) for row in found]
+    waited = [task.pk for task in tasks if task.after_policy is not None]
+    parents = dependencies.parents_of(waited) if waited else {}
     if len(tasks) == 1:
         first = tasks[0]
         observe.moved(
@@ -92,7 +85,9 @@ def claim(
         )
     elif tasks:
         observe.moved(State.READY, _HANDED_OUT, count=len(tasks))
-    claimed = Claimed(Delivery(task, lease_id, deadline) for task in tasks)
+    claimed = Claimed(
+        Delivery(task, lease_id, deadline, tuple(parents.get(task.pk, ()))) for task in tasks
+    )
     claimed.retry_in = retry_in
     return claimed
 
@@ -140,7 +135,14 @@ def hand_out_generic(hand: restricted.Hand, found: list[tuple[Any, ...]]) -> lis
     moves = [(row[4], State.READY.value, _HANDED_OUT) for row in found]
     counters.bump(counters.count_moves(("claim",), moves))
     return [
-        (*row[:2], row[2] + 1, *row[3:7], api_time(aware(row[7])), api_time(aware(row[8])))
+        (
+            *row[:2],
+            row[2] + 1,
+            *row[3:7],
+            api_time(aware(row[7])),
+            api_time(aware(row[8])),
+            *row[9:],
+        )
         for row in found
     ]
 
@@ -166,7 +168,7 @@ def settle(acks: Sequence[Settle], nacks: Sequence[Settle]) -> list[Settled]:
         else:
             answers = _settle_pg(acks, nacks, now)
     else:
-        answers = _settle_generic(acks, nacks, now)
+        answers = settle_generic(acks, nacks, now)
     if len(answers) == 1:
         (one,) = answers
         if one.error is None:
@@ -185,17 +187,25 @@ def _ack_one_pg(pk: int | None, lease_id: str, body: str | None, now: datetime) 
         return Settled(TaskNotHeld)
     params = {"id": pk, "lease_id": lease_id, "body": body, "now": now, "shard": shard()}
     with connection.cursor() as cursor:
-        cursor.execute(sql.ACK_ONE, params)
-        row = cursor.fetchone()
-        if row is not None:
-            return Settled(None, row[0], row[1], State.DONE.value)
-        cursor.execute("SELECT state FROM broker_task WHERE id = %s", [pk])
-        found = cursor.fetchone()
+        for _ in range(_TRIES):
+            cursor.execute(sql.ACK_ONE, params)
+            row = cursor.fetchone()
+            if row is not None:
+                if row[3]:
+                    observe.moved(State.BLOCKED, "ready|delayed", count=row[3])
+                return Settled(None, row[0], row[1], State.DONE.value)
+            cursor.execute("SELECT state, lease_id FROM broker_task WHERE id = %s", [pk])
+            found = cursor.fetchone()
+            # Still held under this lease: a dependant was enqueued meanwhile (sql._unchanged).
+            if found is None or found != (_HANDED_OUT, lease_id):
+                break
     held = found is not None and found[0] == _HANDED_OUT
     return Settled(LeaseMismatch if held else TaskNotHeld)
 
 
-def _settle_pg(acks: list[Settle], nacks: list[Settle], now: datetime) -> list[Settled]:
+def _settle_pg(
+    acks: list[Settle], nacks: list[Settle], now: datetime, tries: int = _TRIES
+) -> list[Settled]:
     params = {
         "acks": len(acks),
         "ack_ids": [a[0] for a in acks],
@@ -214,98 +224,21 @@ def _settle_pg(acks: list[Settle], nacks: list[Settle], now: datetime) -> list[S
         statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
         cursor.execute(statement, params)
         rows = cursor.fetchall()
-    return [
-        Settled(_OUTCOMES[code], queue, attempts, state)
-        for _, code, queue, attempts, state, _ in rows
+    if rows and rows[0][6]:
+        observe.moved(State.BLOCKED, "ready|delayed", count=rows[0][6])
+    answers = [
+        Settled(_OUTCOMES[min(code, 1) if code == _AGAIN else code], queue, attempts, state)
+        for _, code, queue, attempts, state, _, _ in rows
     ]
-
-
-def _settle_generic(acks: list[Settle], nacks: list[Settle], now: datetime) -> list[Settled]:
-    """settle() as ORM statements (SQLite): the same answers and moves as sql.SETTLE."""
-    items = [(*a, True) for a in acks] + [(*n, False) for n in nacks]
-    answers: list[Settled] = []
-    with transaction.atomic():
-        ids = sorted({pk for pk, *_ in items if pk is not None})
-        held = {
-            row[0]: row
-            for row in Task.objects.select_for_update()
-            .filter(pk__in=ids, state=_HANDED_OUT)
-            .order_by("pk")
-            .values_list(
-                "pk", "lease_id", "attempts", "max_attempts", "queue", "claimed_at", "backoff"
-            )
-        }
-        done: set[int] = set()
-        updates, errors, moves = [], [], []
-        histogram: dict[str, Counter[str]] = defaultdict(Counter)
-        for pk, lease_id, body, is_ack in items:
-            if pk is None or (row := held.get(pk)) is None:
-                answers.append(Settled(TaskNotHeld))
-                continue
-            if row[1] != lease_id:
-                answers.append(Settled(LeaseMismatch))
-                continue
-            if pk in done:
-                answers.append(Settled(TaskNotHeld))
-                continue
-            done.add(pk)
-            _, _, attempts, max_attempts, queue, claimed_at, backoff = row
-            if is_ack:
-                state, available_at = State.DONE.value, None
-            elif retries_left(attempts, max_attempts):
-                wait = retry_delay(attempts) if backoff else timedelta(0)
-                state, available_at = State.DELAYED.value, now + wait
-            else:
-                state, available_at = State.DEAD.value, None
-            updates.append(
-                (state, available_at, None if is_ack else body, body if is_ack else None, pk)
-            )
-            if not is_ack:
-                errors.append(TaskError(task_id=pk, attempt=attempts, at=now, error=body))
-            moves.append((queue, _HANDED_OUT, state))
-            histogram[queue].update(observe.duration_deltas(aware(claimed_at), now))
-            answers.append(Settled(None, queue, attempts, state))
-        if updates:
-            write_settled(updates, now)
-            TaskError.objects.bulk_create(errors)
-            endless = [
-                pk
-                for pk, *_ in nacks
-                if pk in done and held[pk][3] is None and held[pk][2] > MAX_KEPT_ERRORS
-            ]
-            if endless:
-                trim_errors(endless)  # as sql.SETTLE does: no DLQ requeue will ever trim them
-            deltas = counters.count_moves(_SETTLE_EVENTS, moves)
-            for queue, change in histogram.items():
-                deltas[queue].update(change)
-            counters.bump(deltas)
+    again = [i for i, row in enumerate(rows) if row[1] == _AGAIN]
+    if again and tries > 1:
+        acks_again = [acks[i] for i in again if i < len(acks)]
+        nacks_again = [nacks[i - len(acks)] for i in again if i >= len(acks)]
+        for i, answer in zip(
+            again, _settle_pg(acks_again, nacks_again, now, tries - 1), strict=True
+        ):
+            answers[i] = answer
     return answers
-
-
-SETTLE_UPDATE = (
-    'UPDATE "broker_task" SET "state" = %s, "available_at" = COALESCE(%s, "available_at"), '
-    '"last_error" = COALESCE(%s, "last_error"), "result" = COALESCE(%s, "result"), '
-    '"lease_id" = NULL, "lease_deadline" = NULL, "worker" = NULL, "updated_at" = %s '
-    'WHERE "id" = %s'
-)
-
-
-def write_settled(updates: list[tuple[Any, ...]], now: datetime) -> None:
-    ops = connection.ops
-    at = ops.adapt_datetimefield_value(now)
-    params = [
-        (
-            state,
-            ops.adapt_datetimefield_value(available) if available else None,
-            error,
-            result,
-            at,
-            pk,
-        )
-        for state, available, error, result, pk in updates
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(SETTLE_UPDATE, params)
 
 
 def ack_many(items: Sequence[Settle]) -> list[Outcome]:

@@ -12,7 +12,7 @@ from django.db import transaction
 from broker import observe
 from broker.exceptions import LeaseMismatch, TaskNotHeld
 from broker.models import Task, TaskError
-from broker.queue import counters
+from broker.queue import counters, dependencies
 from broker.queue.base import (
     MAX_KEPT_ERRORS,
     Outcome,
@@ -23,7 +23,7 @@ from broker.queue.base import (
 )
 from broker.queue.counters import Move
 from broker.queue.deadletters import trim_errors
-from broker.queue.lease import write_settled
+from broker.queue.settling import write_settled
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
 
@@ -31,9 +31,10 @@ RELEASED = "released: visibility timeout set to 0"
 _EVENTS = ("reclaim_retry", "reclaim_bury", "release")
 _HANDED_OUT = State.HANDED_OUT.value
 _RETRY, _BURY, _AT_ONCE = (TRANSITIONS[e][1] for e in _EVENTS)
-# (id, queue, attempts, max_attempts, backoff) of a handed-out task, locked by the caller.
-Held = tuple[int, str, int, int | None, bool]
-HELD_COLUMNS = ("pk", "queue", "attempts", "max_attempts", "backoff")
+# (id, queue, attempts, max_attempts, backoff, children) of a handed-out task, locked by the
+# caller; children: how many tasks named it in `after`.
+Held = tuple[int, str, int, int | None, bool, int]
+HELD_COLUMNS = ("pk", "queue", "attempts", "max_attempts", "backoff", "children")
 
 
 def fail_held(rows: Sequence[Held], now: datetime, error: str, *, at_once: bool) -> list[Move]:
@@ -43,7 +44,7 @@ def fail_held(rows: Sequence[Held], now: datetime, error: str, *, at_once: bool)
     updates, errors = [], []
     moves: list[Move] = []
     ready: Counter[str] = Counter()
-    for pk, queue, attempts, max_attempts, backoff in rows:
+    for pk, queue, attempts, max_attempts, backoff, _ in rows:
         if not retries_left(attempts, max_attempts):
             state, available_at = _BURY, None
         elif at_once or not backoff:
@@ -54,9 +55,15 @@ def fail_held(rows: Sequence[Held], now: datetime, error: str, *, at_once: bool)
         updates.append((state, available_at, error, None, pk))
         moves.append((queue, _HANDED_OUT, state))
         errors.append(TaskError(task_id=pk, attempt=attempts, at=now, error=error))
-    write_settled(updates, now)
+    # A buried task leaves its lease behind: a requeue out of the DLQ is no receive of the old one.
+    write_settled([u for u in updates if u[0] != _BURY], now, keep_lease=True)
+    write_settled([u for u in updates if u[0] == _BURY], now)
     TaskError.objects.bulk_create(errors)
     counters.bump(counters.count_moves(_EVENTS, moves))
+    waited_for = {row[0] for row in rows if row[5]}
+    buried = {u[4]: _BURY for u in updates if u[0] == _BURY and u[4] in waited_for}
+    if buried:
+        dependencies.after_finish(buried, now)  # a "finished" wait is over for a dead task
     # Unlimited attempts would otherwise grow a task's error history without bound.
     long_lived = [r[0] for r in rows if r[3] is None and r[2] > MAX_KEPT_ERRORS]
     if long_lived:
@@ -85,16 +92,46 @@ def release_many(items: Sequence[tuple[int | None, str]]) -> list[Outcome]:
         rows: dict[int, Held] = {}
         for pk, lease_id in wanted:
             row = held.get(pk) if pk is not None else None
-            if row is None or (row[5] == lease_id and pk in rows):
+            if row is None or (row[6] == lease_id and pk in rows):
                 outcomes.append(TaskNotHeld)
-            elif row[5] != lease_id:
+            elif row[6] != lease_id:
                 outcomes.append(LeaseMismatch)
             else:
-                rows[row[0]] = row[:5]
+                rows[row[0]] = row[:6]
                 outcomes.append(None)
         moves = fail_held(list(rows.values()), now, RELEASED, at_once=True) if rows else []
     _log(moves, list(rows))
     return outcomes
+
+
+def ack_lapsed(items: Sequence[tuple[int | None, str]]) -> list[bool]:
+    """Ack tasks whose latest lease, the one named, failed (lapsed, or released) and that no
+    claim has taken since: ready or delayed → done. Per item, whether it moved; one transaction.
+    """
+    target = TRANSITIONS["ack_lapsed"][1]
+    wanted = {(pk, storable(lease)) for pk, lease in items if pk is not None}
+    if not wanted:
+        return [False] * len(items)
+    now = current_time()
+    with transaction.atomic():
+        rows = list(
+            Task.objects.select_for_update()
+            .filter(pk__in=sorted(pk for pk, _ in wanted), state__in=TRANSITIONS["ack_lapsed"][0])
+            .order_by("pk")
+            .values_list("pk", "lease_id", "queue", "state")
+        )
+        moving = [row for row in rows if (row[0], row[1]) in wanted]
+        if moving:
+            Task.objects.filter(pk__in=[row[0] for row in moving]).update(
+                state=target, lease_id=None, updated_at=now
+            )
+            moves: list[Move] = [(queue, state, target) for _, _, queue, state in moving]
+            counters.bump(counters.count_moves(("ack_lapsed",), moves))
+            dependencies.after_finish({row[0]: target for row in moving}, now)
+    moved = {row[0] for row in moving}
+    for pk, _, queue, state in moving:
+        observe.moved(state, target, task=pk, queue=queue)
+    return [pk in moved for pk, _ in items]
 
 
 def release(task_id: int, *, lease_id: str) -> None:

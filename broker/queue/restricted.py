@@ -20,10 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 
 from broker.models import RESTRICTED, Queue, QueueCounter, Task
-from broker.queue import sql
+from broker.queue import keyclaims, sql
 from broker.queue.base import current_time, shard
 from broker.wakeup import announce
 
@@ -31,6 +31,9 @@ from broker.wakeup import announce
 # which would only say "restricted" again. A hint, never trusted: the restricted path reads the
 # settings itself, and a scope it finds unrestricted is forgotten at once.
 HINT_S = 5.0
+# Scopes remembered at most: past it the expired hints go, and if that is not enough, all of them
+# (a hint only saves one statement), so claims of ever-new scopes cannot grow this process.
+MAX_HINTS = 1024
 # A float's floor, forgiving the rounding of a refill that lands on a whole token.
 _EPSILON = 1e-9
 _hints: dict[tuple[str, ...] | None, float] = {}
@@ -85,7 +88,13 @@ def seems_restricted(queues: Sequence[str] | None) -> bool:
 def _remember(queues: Sequence[str] | None, restricted: bool) -> None:
     key = _key(queues)
     if restricted:
-        _hints[key] = time.monotonic() + HINT_S
+        now = time.monotonic()
+        if len(_hints) >= MAX_HINTS and key not in _hints:
+            for old in [k for k, until in _hints.items() if until <= now]:
+                del _hints[old]
+            if len(_hints) >= MAX_HINTS:
+                _hints.clear()
+        _hints[key] = now + HINT_S
     else:
         _hints.pop(key, None)
 
@@ -161,27 +170,54 @@ def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Gr
         _remember(hand.queues, bool(restricted))
         limited = [name for name, paused in restricted if not paused]
         grants: list[Grant] = []
+        keyed: dict[str, tuple[bool, int | None]] = {}
         skipped: set[str] = set()
         at = None
         if limited:
             cursor.execute(sql.LOCK_LIMITED + ("" if wait else " SKIP LOCKED"), {"names": limited})
             rows = cursor.fetchall()
             skipped = set(limited) - {row[0] for row in rows}
+            keyed = {row[0]: (row[5], row[6]) for row in rows if row[5] or row[6] is not None}
             if rows:
                 cursor.execute(sql.IN_FLIGHT, {"names": [row[0] for row in rows]})
                 flights = cursor.fetchall()
                 at = flights[0][0]
                 in_flight = {name: int(n) for _, name, n in flights}
-                grants = [grant(row, in_flight[row[0]], at, hand.limit) for row in rows]
-        allowed = [g for g in grants if g.most > 0]
-        params = {
-            **hand.params(), "scope": hand.queues, "names": [g.name for g in allowed],
-            "lims": [g.most for g in allowed],
-        }  # fmt: skip
-        cursor.execute(sql.CLAIM_ALLOWED_EVERY if every else sql.CLAIM_ALLOWED, params)
-        found = cursor.fetchall()
+                grants = [grant(row[:5], in_flight[row[0]], at, hand.limit) for row in rows]
+        found = _claim_keyed(cursor, hand, [g for g in grants if g.name in keyed], keyed)
+        allowed = [g for g in grants if g.most > 0 and g.name not in keyed]
+        if len(found) < hand.limit:
+            # A keyed queue is restricted, so this takes from it only what _claim_keyed did.
+            params = {
+                **hand.params(), "limit": hand.limit - len(found), "scope": hand.queues,
+                "names": [g.name for g in allowed], "lims": [g.most for g in allowed],
+            }  # fmt: skip
+            cursor.execute(sql.CLAIM_ALLOWED_EVERY if every else sql.CLAIM_ALLOWED, params)
+            found += cursor.fetchall()
         _spend(cursor, grants, found, at)
     return found, grants, skipped
+
+
+def _claim_keyed(
+    cursor: Any, hand: Hand, grants: list[Grant], keyed: dict[str, tuple[bool, int | None]]
+) -> list[tuple[Any, ...]]:
+    """Claim from the fair or key-limited queues among `grants` (their rows locked), each as
+    broker.queue.keyclaims picks; the keys served move on."""
+    found: list[tuple[Any, ...]] = []
+    for g in grants:
+        most = min(g.most, hand.limit - len(found))
+        fair, key_max = keyed[g.name]
+        picked = keyclaims.pick(g.name, most, fair=fair, key_max=key_max)
+        if not picked:
+            continue
+        cursor.execute(sql.CLAIM_IDS, {**hand.params(), "ids": [pk for pk, _ in picked]})
+        order = {pk: i for i, (pk, _) in enumerate(picked)}
+        claimed = sorted(cursor.fetchall(), key=lambda row: order[row[0]])  # as picked
+        found += claimed
+        if fair:
+            taken = {row[0] for row in claimed}
+            keyclaims.served(g.name, [key for pk, key in picked if pk in taken])
+    return found
 
 
 def _spend(cursor: Any, grants: list[Grant], found: list[tuple[Any, ...]], at: Any) -> None:
@@ -206,20 +242,40 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
             scope = scope.filter(name__in=hand.queues)
         rows = list(
             scope.values_list(
-                "name", "paused", "max_in_flight", "rate_per_s", "tokens", "refilled_at"
+                "name", "paused", "max_in_flight", "rate_per_s", "tokens", "refilled_at",
+                "fair", "key_max_in_flight",
             )
-        )
+        )  # fmt: skip
         _remember(hand.queues, bool(rows))
         at = current_time()
-        limited = [(n, m, r, t, at_) for n, paused, m, r, t, at_ in rows if not paused]
+        limited = [row for row in rows if not row[1]]
         in_flight = dict(
             QueueCounter.objects.filter(queue__in=[row[0] for row in limited])
             .values("queue").annotate(n=Sum("handed_out")).values_list("queue", "n")
         )  # fmt: skip
-        grants = [grant(row, int(in_flight.get(row[0]) or 0), at, hand.limit) for row in limited]
-        found = _pick_generic(hand, [row[0] for row in rows], grants)
-        claimed = hand_out_generic(hand, found)
-        taken = Counter(row[4] for row in found)
+        grants = [
+            grant((n, m, r, t, at_), int(in_flight.get(n) or 0), at, hand.limit)
+            for n, _, m, r, t, at_, _, _ in limited
+        ]
+        keyed = {row[0]: (row[6], row[7]) for row in limited if row[6] or row[7] is not None}
+        claimed: list[tuple[Any, ...]] = []
+        for g in (g for g in grants if g.name in keyed):
+            fair, key_max = keyed[g.name]
+            picked = keyclaims.pick(
+                g.name, min(g.most, hand.limit - len(claimed)), fair=fair, key_max=key_max
+            )
+            order = {pk: i for i, (pk, _) in enumerate(picked)}
+            rows_of = sorted(
+                Task.objects.filter(pk__in=order).values_list(*sql.CLAIM_COLUMNS),
+                key=lambda row: order[row[0]],
+            )
+            claimed += hand_out_generic(hand, rows_of)
+            if fair:
+                keyclaims.served(g.name, [key for _, key in picked])
+        others = [g for g in grants if g.name not in keyed]
+        found = _pick_generic(hand, [row[0] for row in rows], others, hand.limit - len(claimed))
+        claimed += hand_out_generic(hand, found)
+        taken = Counter(row[4] for row in claimed)
         for g in grants:
             if g.tokens is not None and taken[g.name]:
                 Queue.objects.filter(name=g.name).update(
@@ -228,19 +284,23 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
     return claimed, _retry_in(grants, claimed)
 
 
-def _pick_generic(hand: Hand, restricted: list[str], grants: list[Grant]) -> list[tuple[Any, ...]]:
+def _pick_generic(
+    hand: Hand, restricted: list[str], grants: list[Grant], limit: int
+) -> list[tuple[Any, ...]]:
     """The ready rows to claim: the best of the unrestricted queues, and of each limited one
     at most its grant. (SQLite walks a paused queue's ready rows: it serves small queues.)"""
+    if limit <= 0:
+        return []
     columns = sql.CLAIM_COLUMNS
     found = list(
         Task.objects.ready(hand.queues).exclude(queue__in=restricted).claim_order()
-        .values_list(*columns)[: hand.limit]
+        .values_list(*columns)[:limit]
     )  # fmt: skip
     for g in grants:
         if g.most > 0:
             found += Task.objects.ready([g.name]).claim_order().values_list(*columns)[: g.most]
     found.sort(key=lambda row: (row[5], row[8], row[0]))
-    return found[: hand.limit]
+    return found[:limit]
 
 
 def wake_freed(freed: dict[str, int]) -> None:
@@ -252,5 +312,9 @@ def wake_freed(freed: dict[str, int]) -> None:
     """
     if not freed or connection.vendor != "postgresql":
         return
-    capped = Queue.objects.filter(name__in=list(freed), max_in_flight__isnull=False, paused=False)
+    capped = Queue.objects.filter(
+        Q(max_in_flight__isnull=False) | Q(key_max_in_flight__isnull=False),
+        name__in=list(freed),
+        paused=False,
+    )
     announce({name: freed[name] for name in capped.values_list("name", flat=True)})

@@ -9,85 +9,30 @@ counters they move come from one table. Values always go as parameters.
 
 from __future__ import annotations
 
-from broker.models import Task
 from broker.queue.base import API_TIME_SQL, MAX_KEPT_ERRORS
-from broker.queue.sqlparts import backoff, bucket, counted
+from broker.queue.sqlparts import DELTA_TABLE, backoff, bucket, counted
+from broker.queue.sqlrelease import (
+    RELEASE_EVENTS,
+    RELEASED,
+    SETTLED_AND_RELEASED,
+    release_after,
+    unchanged,
+)
+from broker.states import State
 from broker.wakeup import CHANNEL
 
 __all__ = ["backoff"]  # for tests that hold the SQL backoff to states.backoff_ms
 
-# -- enqueue ----------------------------------------------------------------------------------
-
-# A new task's columns: what the enqueue gives, or a constant.
-NEW_VALUES = (
-    "state",
-    "queue",
-    "priority",
-    "type",
-    "payload",
-    "max_attempts",
-    "available_at",
-    "idempotency_key",
-    "backoff",
-)
-_NEW_CONSTANTS = {"attempts": "0", "created_at": "%(now)s", "updated_at": "%(now)s"}
-_NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
-_ENQUEUE_EVENTS = ("enqueue", "enqueue_delayed")
-
-
-def _new_value(column: str) -> str:
-    if column in NEW_VALUES:
-        return f"%({column})s"
-    return _NEW_CONSTANTS.get(column, "NULL")
-
-
-def _enqueue(deferred: bool) -> str:
-    return (
-        "WITH new AS ("
-        f" INSERT INTO broker_task ({', '.join(_NEW_COLUMNS)})"
-        f" VALUES ({', '.join(_new_value(c) for c in _NEW_COLUMNS)})"
-        " ON CONFLICT (idempotency_key) DO NOTHING"
-        " RETURNING id, queue, NULL::text AS o, state AS n"
-        f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
-        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':1') FROM new WHERE n = 'ready')"
-        " SELECT id, (SELECT count(*) FROM notified) FROM new"
-    )
-
-
-ENQUEUE = _enqueue(deferred=False)
-ENQUEUE_IN_CALLER_TRANSACTION = _enqueue(deferred=True)
-
-
-def _enqueue_many(deferred: bool) -> str:
-    # Ids come from the sequence in the SELECT's order: ORDER BY id gives them in request order.
-    return (
-        "WITH new AS ("
-        " INSERT INTO broker_task (state, queue, priority, type, payload, attempts, max_attempts,"
-        " backoff, available_at, created_at, updated_at)"
-        " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts, u.backoff,"
-        " u.available_at, %(now)s, %(now)s"
-        " FROM unnest(%(state)b::varchar[], %(queue)b::varchar[], %(priority)b::smallint[],"
-        " %(type)b::varchar[], %(payload)b::text[], %(max_attempts)b::smallint[],"
-        " %(backoff)b::boolean[], %(available_at)b::timestamptz[])"
-        " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, backoff,"
-        " available_at, n) ORDER BY u.n"
-        " RETURNING id, queue, NULL::text AS o, state AS n"
-        f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
-        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"
-        "  WHERE n = 'ready' GROUP BY queue)"
-        " SELECT id, (SELECT count(*) FROM notified) FROM new ORDER BY id"
-    )
-
-
-ENQUEUE_MANY = _enqueue_many(deferred=False)
-ENQUEUE_MANY_IN_CALLER_TRANSACTION = _enqueue_many(deferred=True)
-
 # -- claim ------------------------------------------------------------------------------------
 
-# The task's fields a claim answers, in API.md's order: the times last, made API text by SQL.
+# The task's fields a claim answers, in API.md's order: the times (made API text by SQL), then
+# the holder's last checkpoint, so a redelivered task resumes from it.
 _CLAIM_TIMES = ("created_at", "available_at")
 CLAIM_COLUMNS = (
     "id", "payload", "attempts", "max_attempts", "queue", "priority", "type", *_CLAIM_TIMES,
+    "after_policy",  # not NULL: the delivery carries its parents (dependencies.parents_of)
+    "checkpoint",
+    "key",
 )  # fmt: skip
 _CLAIM_ORDER = "priority, available_at, id"
 # What a claim answers: the times already as API text (no parsing and formatting per row), and
@@ -102,7 +47,13 @@ _OUT_NAMES = ", ".join(CLAIM_COLUMNS)
 
 
 # A queue whose settings can hold a claim back (models.RESTRICTED, in SQL).
-RESTRICTED = "(paused OR max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL)"
+RESTRICTED = (
+    "(paused OR max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL OR fair"
+    " OR key_max_in_flight IS NOT NULL)"
+)
+# A task a claim may take: ready, and not waiting for an earlier task of its key (an ordered
+# queue's); the claim indexes hold exactly these rows.
+CLAIMABLE = "state = 'ready' AND NOT key_wait"
 QUEUE_TABLE = "broker_queue"
 _MARKER = ", ".join(["NULL"] * len(CLAIM_COLUMNS))  # and NULL sort keys: it sorts last
 
@@ -145,7 +96,7 @@ _OPEN = " AND NOT (SELECT held FROM gate)"
 
 def _pick(where: str, order: str = _CLAIM_ORDER) -> str:
     return (
-        f"SELECT id FROM broker_task WHERE state = 'ready'{where}{_OPEN}"
+        f"SELECT id FROM broker_task WHERE {CLAIMABLE}{where}{_OPEN}"
         f" ORDER BY {order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     )
 
@@ -173,7 +124,7 @@ def _per_queue(source: str, limit: str) -> str:
     """
     return (
         f"SELECT c.id FROM {source} CROSS JOIN LATERAL ("
-        "SELECT id, priority, available_at FROM broker_task WHERE state = 'ready'"
+        f"SELECT id, priority, available_at FROM broker_task WHERE {CLAIMABLE}"
         f"{_in_queue('q.name')} ORDER BY {_QUEUE_ORDER} LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c"
         " ORDER BY c.priority, c.available_at, c.id LIMIT %(limit)s"
     )
@@ -202,7 +153,7 @@ def sqlite_gated_pick(queues: list[str] | None, limit: int) -> tuple[str, list[o
     )
     statement = (
         f"SELECT * FROM (SELECT {', '.join(CLAIM_COLUMNS)} FROM broker_task"
-        f" WHERE state = 'ready'{where} AND NOT {gate} ORDER BY {_CLAIM_ORDER} LIMIT %s)"
+        f" WHERE {CLAIMABLE}{where} AND NOT {gate} ORDER BY {_CLAIM_ORDER} LIMIT %s)"
         f" UNION ALL SELECT {_MARKER} WHERE {gate} ORDER BY {_CLAIM_ORDER}"
     )
     return statement, [*names, *names, limit, *names]
@@ -211,13 +162,17 @@ def sqlite_gated_pick(queues: list[str] | None, limit: int) -> tuple[str, list[o
 # -- claim: the restricted path (broker.queue.restricted) --------------------------------------
 
 # The restricted queues of a scope; then the rows of its limited ones, which the claim locks.
-LIMITED = "NOT paused AND (max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL)"
+LIMITED = (
+    "NOT paused AND (max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL OR fair"
+    " OR key_max_in_flight IS NOT NULL)"
+)
 RESTRICTED_IN = (
     f"SELECT name, paused FROM {QUEUE_TABLE} WHERE {RESTRICTED}"
     " AND (%(every)s OR name = ANY(%(scope)s::varchar[])) ORDER BY name"
 )
 LOCK_LIMITED = (
-    f"SELECT name, max_in_flight, rate_per_s, tokens, refilled_at FROM {QUEUE_TABLE}"
+    "SELECT name, max_in_flight, rate_per_s, tokens, refilled_at, fair, key_max_in_flight"
+    f" FROM {QUEUE_TABLE}"
     f" WHERE name = ANY(%(names)s::varchar[]) AND {LIMITED} ORDER BY name FOR UPDATE"
 )
 # A new statement after the locks: under READ COMMITTED it sees every claim committed while this
@@ -245,6 +200,11 @@ def _allowed(source: str) -> str:
     )
 
 
+# Hand out the tasks a keyed pick chose (broker.queue.keyclaims), if still claimable.
+CLAIM_IDS = _claim(
+    f"SELECT id FROM broker_task WHERE id = ANY(%(ids)s) AND {CLAIMABLE}"
+    " ORDER BY id FOR UPDATE SKIP LOCKED"
+)
 CLAIM_ALLOWED = _claim(_per_queue(_allowed("unnest(%(scope)s::varchar[]) AS s(name)"), "q.lim"))
 # Every queue: the names of the queues with ready tasks by a loose index scan (one probe of
 # task_claim_queue_idx per queue), so a paused queue's backlog is stepped over, never walked.
@@ -252,8 +212,9 @@ CLAIM_ALLOWED_EVERY = _claim(
     _per_queue(_allowed("names AS s"), "q.lim"),
     prefix=(
         "RECURSIVE names(name) AS ("
-        "(SELECT queue FROM broker_task WHERE state = 'ready' ORDER BY queue LIMIT 1)"
+        f"(SELECT queue FROM broker_task WHERE {CLAIMABLE} ORDER BY queue LIMIT 1)"
         " UNION ALL SELECT (SELECT t.queue FROM broker_task t WHERE t.state = 'ready'"
+        " AND NOT t.key_wait"
         " AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n WHERE n.name IS NOT NULL"
         "), "
     ),
@@ -275,8 +236,8 @@ _RETRY = "p.retry"
 # A settled task frees a slot of a queue that caps its tasks in flight: wake its claimers.
 _FREED = (
     f", freed AS (SELECT pg_notify('{CHANNEL}', m.queue || ':' || count(*)) FROM moved m"
-    f" JOIN {QUEUE_TABLE} s ON s.name = m.queue WHERE s.max_in_flight IS NOT NULL"
-    " AND NOT s.paused GROUP BY m.queue)"
+    f" JOIN {QUEUE_TABLE} s ON s.name = m.queue WHERE (s.max_in_flight IS NOT NULL"
+    " OR s.key_max_in_flight IS NOT NULL) AND NOT s.paused GROUP BY m.queue)"
 )
 
 
@@ -287,8 +248,10 @@ def _settle(acks: bool, nacks: bool) -> str:
     Items are numbered acks first, then nacks; `wanted` keeps the first of repeated (id, lease)
     pairs. Rows are locked in id order, so two settles of the same tasks never deadlock. The last
     SELECT reads the tasks as they were before this statement: an item not settled is a 409 when
-    its task was handed out under another lease, else a 404. A nacked task without backoff waits
-    0 ms in delayed (the sweeper's next tick promotes it); max_attempts NULL never buries.
+    its task was handed out under another lease, a 3 when under its own (a repeated item, or one
+    changed since the snapshot: see unchanged; the caller settles it again), else a 404. A
+    nacked task without backoff waits 0 ms in delayed (the sweeper's next tick promotes it);
+    max_attempts NULL never buries.
     """
     items = " UNION ALL".join(p for p, on in ((_ACK_ITEMS, acks), (_NACK_ITEMS, nacks)) if on)
     if acks and nacks:
@@ -340,21 +303,25 @@ def _settle(acks: bool, nacks: bool) -> str:
         f" SELECT t.id, t.attempts, t.claimed_at, w.pos, w.kind, w.body{wait}"
         " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
         # By key: a generic plan, guessing 100 items, would rather scan every handed-out task.
-        f" WHERE t.id = ANY({ids}) AND t.state = 'handed_out' ORDER BY t.id FOR UPDATE OF t"
+        f" WHERE t.id = ANY({ids}) AND t.state = 'handed_out' AND {unchanged('t', 't.id')}"
+        " ORDER BY t.id FOR UPDATE OF t"
         "), moved AS ("
         f" UPDATE broker_task t SET state = {state}, result = {result}, last_error = {error},"
         f" available_at = {available},"
         " lease_id = NULL, lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
         " FROM picked p WHERE t.id = p.id"
-        " RETURNING t.id, t.queue, t.attempts, t.max_attempts, p.pos, p.kind, p.body,"
-        " 'handed_out'::text AS o,"
+        " RETURNING t.id, t.queue, t.attempts, t.max_attempts, t.children, p.pos, p.kind,"
+        " p.body, 'handed_out'::text AS o,"
         f" t.state AS n, {bucket('extract(epoch FROM %(now)s - p.claimed_at)')} AS b,"
         " greatest((extract(epoch FROM %(now)s - p.claimed_at) * 1000000)::bigint, 0) AS us"
         f"{errors}"
-        f"), counted AS ({counted('moved', events, timed=True)}){_FREED}"
+        f"){release_after('moved')}"
+        f", counted AS ({counted(SETTLED_AND_RELEASED, (*events, *RELEASE_EVENTS), timed=True)})"
+        f"{_FREED}"
         " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
-        "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2 ELSE 1 END,"
-        " m.queue, m.attempts, m.n, (SELECT count(*) FROM freed)"
+        "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2"
+        "  WHEN cur.state = 'handed_out' THEN 3 ELSE 1 END,"
+        f" m.queue, m.attempts, m.n, (SELECT count(*) FROM freed), {RELEASED}"
         " FROM items i LEFT JOIN moved m ON m.pos = i.pos"
         " LEFT JOIN broker_task cur ON cur.id = i.id ORDER BY i.pos"
     )
@@ -368,11 +335,42 @@ ACK_ONE = (
     " UPDATE broker_task t SET state = 'done', result = %(body)s, lease_id = NULL,"
     " lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
     " WHERE t.id = %(id)s AND t.state = 'handed_out' AND t.lease_id = %(lease_id)s"
-    " RETURNING t.queue, t.attempts, 'handed_out'::text AS o, t.state AS n,"
+    f" AND {unchanged('t', '%(id)s')}"
+    " RETURNING t.id, t.queue, t.attempts, t.children, 'handed_out'::text AS o, t.state AS n,"
     f" {bucket('extract(epoch FROM %(now)s - t.claimed_at)')} AS b,"
     " greatest((extract(epoch FROM %(now)s - t.claimed_at) * 1000000)::bigint, 0) AS us"
-    f"), counted AS ({counted('moved', ('ack',), timed=True)}){_FREED}"
-    " SELECT queue, attempts, (SELECT count(*) FROM freed) FROM moved"
+    f"){release_after('moved')}"
+    f", counted AS ({counted(SETTLED_AND_RELEASED, ('ack', *RELEASE_EVENTS), timed=True)})"
+    f"{_FREED}"
+    f" SELECT queue, attempts, (SELECT count(*) FROM freed), {RELEASED} FROM moved"
 )
 SETTLE_ACKS = _settle(acks=True, nacks=False)
 SETTLE_NACKS = _settle(acks=False, nacks=True)
+
+# -- the sweeper's look --------------------------------------------------------------------------
+
+# Which of the sweeper's moves have anything to move (sweeps.pending), in one statement on either
+# database: each EXISTS is a move's condition (Task.objects.expired, .due, schedules.fire_due,
+# counters.fold_deltas) on the partial index that move walks. Parameters: now, three times.
+PENDING = f"""SELECT
+  EXISTS (SELECT 1 FROM broker_task WHERE state = '{State.HANDED_OUT.value}'
+          AND lease_deadline < %s),
+  EXISTS (SELECT 1 FROM broker_task WHERE state = '{State.DELAYED.value}' AND available_at <= %s),
+  EXISTS (SELECT 1 FROM broker_schedule WHERE NOT paused AND next_run_at <= %s),
+  EXISTS (SELECT 1 FROM {DELTA_TABLE})"""
+
+
+def _cache_their_parsing() -> None:
+    """psycopg turns a statement's %(name)s placeholders into $n by scanning its text on every
+    call, unless the text is at most MAX_CACHED_STATEMENT_LENGTH (4 KiB) long: the settles, with
+    the release of dependants, are longer (17 us a call measured). Its limit is a module global
+    read per call; raise it to hold every statement here (tests/unit asserts they are cached)."""
+    try:
+        from psycopg import _queries
+    except ImportError:  # pragma: no cover - SQLite-only installs
+        return
+    longest = max(len(text) for text in globals().values() if isinstance(text, str))
+    _queries.MAX_CACHED_STATEMENT_LENGTH = max(_queries.MAX_CACHED_STATEMENT_LENGTH, longest)
+
+
+_cache_their_parsing()

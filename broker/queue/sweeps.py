@@ -1,43 +1,89 @@
-"""The sweeper's moves: reclaim expired leases, promote delayed tasks that are due, prune."""
+"""The sweeper's moves: reclaim expired leases (but those an outage holds), promote delayed tasks
+that are due, prune."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
-from django.db import transaction
-from django.db.models import QuerySet
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Min, QuerySet
 
 from broker import observe
-from broker.models import Task
-from broker.queue import counters, restricted
+from broker.models import ReclaimHold, Task
+from broker.queue import counters, restricted, sql
 from broker.queue.base import LEASE_EXPIRED, current_time
 from broker.queue.redelivery import HELD_COLUMNS, fail_held
 from broker.states import FINISHED_STATES, TRANSITIONS, State
 from broker.wakeup import announce
 
 
+class Pending(NamedTuple):
+    """Which of the sweeper's moves have something to move."""
+
+    expired: bool
+    due: bool
+    scheduled: bool
+    deltas: bool
+
+
+def pending(now: datetime) -> Pending:
+    """What the sweeper's moves would find at `now` (one read, outside any transaction); a move
+    found idle is not run."""
+    at = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.PENDING, [at, at, at])
+        row = cursor.fetchone()
+    return Pending(*(bool(flag) for flag in row))
+
+
 def reclaim_expired(limit: int = 500) -> int:
     """Handed-out tasks whose lease expired → delayed (backoff), ready at once (a task without
-    backoff), or dead; error "lease expired".
+    backoff), or dead; error "lease expired". Not those a ReclaimHold holds (hold_reclaims).
 
     Locks with SKIP LOCKED, so two sweepers never move the same task. Returns how many moved.
     """
     with transaction.atomic():
         now = current_time()
-        rows = _locked(Task.objects.expired(now), "lease_deadline", HELD_COLUMNS, limit)
+        expired = Task.objects.expired(reclaim_before(now))
+        rows = _locked(expired, "lease_deadline", HELD_COLUMNS, limit)
         if not rows:
             return 0
         moves = fail_held(rows, now, LEASE_EXPIRED, at_once=False)
         restricted.wake_freed(Counter(queue for queue, _, _ in moves))
     if len(rows) == 1:
-        pk, queue, attempts, _, _ = rows[0]
+        pk, queue, attempts, *_ = rows[0]
         observe.moved(State.HANDED_OUT, moves[0][2], task=pk, queue=queue, attempts=attempts)
     else:
         for state, n in Counter(state for _, _, state in moves).items():
             observe.moved(State.HANDED_OUT, state, count=n)
     return len(rows)
+
+
+def reclaim_before(now: datetime) -> datetime:
+    """Leases that ended before this may be reclaimed now: `now`, or the earliest `since` of the
+    holds still running (one indexed read of a table of a few rows)."""
+    held = ReclaimHold.objects.filter(until__gt=now).aggregate(since=Min("since"))["since"]
+    return now if held is None else min(now, held)
+
+
+def hold_reclaims(since: datetime, back: datetime) -> datetime:
+    """The database was out of a sweeper's reach from `since` (its last sweep) until `back`:
+    leases that ended from `since` on are not reclaimed before BROKER_OUTAGE_GRACE_MS after
+    `back`, for every sweeper, so that their workers, whose settles met the outage too, get to
+    settle them first. Returns the end of the hold."""
+    until = back + timedelta(milliseconds=settings.BROKER_OUTAGE_GRACE_MS)
+    ReclaimHold.objects.create(since=since, until=until)
+    return until
+
+
+def prune_holds(now: datetime, keep: timedelta = timedelta(hours=1)) -> int:
+    """Delete the holds that ended over `keep` ago; returns how many."""
+    deleted: int = ReclaimHold.objects.filter(until__lt=now - keep).delete()[0]
+    return deleted
 
 
 def promote_delayed(limit: int = 1000) -> int:

@@ -36,3 +36,12 @@ QUEUE_NUMBERS: dict[str, tuple[str, int, int, int]] = {
 def is_sqs_path(path: str) -> bool:
     """Whether a request path is the SQS endpoint or one of its queue URLs."""
     return path == PATH or path.startswith(PATH + "/")
+
+
+# FIFO queues: a name's suffix; how long a deduplication id is remembered; MessageGroupId and
+# MessageDeduplicationId are 1 to 128 of a-z A-Z 0-9 and ASCII punctuation.
+FIFO_SUFFIX = ".fifo"
+DEDUP_WINDOW_S = 300
+MAX_MESSAGE_TAG = 128
+# A SequenceNumber: the task id, zero-padded to this many digits (SQS's are 20 digits long).
+SEQUENCE_DIGITS = 20

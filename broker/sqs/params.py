@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from broker.parking.loop import Slot
 from broker.sqs import errors, limits
 
 _BATCH_ID = re.compile(f"[A-Za-z0-9_-]{{1,{limits.MAX_BATCH_ID}}}")
@@ -90,3 +91,4 @@ class Call:
     path_queue: str | None  # the queue named by a POST to a queue URL, if any
     worker: str  # shown as a receive's holder (X-Broker-Worker's place): "sqs" or "sqs:<key id>"
     gone: Callable[[], bool]  # whether the client hung up (a parked receive stops)
+    parking: Slot | None = None  # the parking worker's slot: a parked receive holds no thread

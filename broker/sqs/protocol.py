@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from broker.longpoll import socket_gone
+from broker.longpoll import parking_of, socket_gone
 from broker.sqs import errors, limits, queues, receiving, sending, sigv4
 from broker.sqs.params import Call
 
@@ -90,6 +90,7 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
         body=_body(body), base_url=_base_url(request), path_queue=queue_name,
         worker=f"sqs:{key_id}" if key_id else "sqs",
         gone=socket_gone(request.META.get("gunicorn.socket")),
+        parking=parking_of(request.META),
     )  # fmt: skip
     return ACTIONS[action](call)
 

@@ -17,23 +17,23 @@ READ_ONLY = (
     "LastModifiedTimestamp",
     "QueueArn",
 )
-# What "All" reports, in this order.
-REPORTED = (*limits.QUEUE_NUMBERS, "RedrivePolicy", *READ_ONLY)
+FIFO_ONLY = ("FifoQueue", "ContentBasedDeduplication")
+# What "All" reports, in this order (FIFO_ONLY: of a FIFO queue only).
+REPORTED = (*limits.QUEUE_NUMBERS, "RedrivePolicy", *FIFO_ONLY, *READ_ONLY)
 # SQS's other attributes: refused when set (they would promise what the broker does not do),
 # left out when asked for.
 NOT_OFFERED = frozenset(
     {
         "Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled",
-        "RedriveAllowPolicy", "ContentBasedDeduplication", "DeduplicationScope",
-        "FifoThroughputLimit", "FifoQueue",
+        "RedriveAllowPolicy", "DeduplicationScope", "FifoThroughputLimit",
     }
 )  # fmt: skip
-FIFO_REFUSED = "FIFO queues are not offered by this broker: use a standard queue."
 _INTEGER = re.compile(r"-?[0-9]{1,10}")
 
 
-def settings_from(raw: dict[str, str]) -> dict[str, Any]:
-    """SqsQueue field → value for the attributes of a CreateQueue or SetQueueAttributes."""
+def settings_from(raw: dict[str, str], *, fifo: bool, creating: bool) -> dict[str, Any]:
+    """SqsQueue field → value for the attributes of a CreateQueue or SetQueueAttributes of a
+    standard or FIFO queue (a CreateQueue's FifoQueue is read by is_fifo, and checked here)."""
     fields: dict[str, Any] = {}
     for name, value in raw.items():
         if name in limits.QUEUE_NUMBERS:
@@ -46,10 +46,14 @@ def settings_from(raw: dict[str, str]) -> dict[str, Any]:
             fields[field] = int(value)
         elif name == "RedrivePolicy":
             fields.update(redrive_policy(value))
-        elif name == "FifoQueue" and value.lower() == "true":
-            raise errors.UnsupportedOperation(FIFO_REFUSED)
-        elif name == "FifoQueue" and value.lower() == "false":
-            continue
+        elif name == "FifoQueue" and creating:
+            _flag(name, value)
+        elif name == "ContentBasedDeduplication" and fifo:
+            fields["content_based_dedup"] = _flag(name, value)
+        elif name == "FifoQueue":
+            raise errors.InvalidAttributeName(
+                "Attribute FifoQueue can be set only when the queue is created."
+            )
         elif name in NOT_OFFERED:
             raise errors.InvalidAttributeName(
                 f"Attribute {name} is not offered by this broker (see docs/sqs.md)."
@@ -57,6 +61,19 @@ def settings_from(raw: dict[str, str]) -> dict[str, Any]:
         else:
             raise errors.InvalidAttributeName(f"Unknown Attribute {name}.")
     return fields
+
+
+def is_fifo(raw: dict[str, str]) -> bool:
+    """Whether a CreateQueue's attributes ask for a FIFO queue (FifoQueue "true")."""
+    return _flag("FifoQueue", raw.get("FifoQueue", "false"))
+
+
+def _flag(name: str, value: str) -> bool:
+    if value.lower() not in ("true", "false"):
+        raise errors.InvalidAttributeValue(
+            f"Invalid value for the parameter {name}. Reason: Must be true or false."
+        )
+    return value.lower() == "true"
 
 
 def redrive_policy(value: str) -> dict[str, Any]:
@@ -118,12 +135,16 @@ def report(queue: SqsQueue, names: list[str], gauges: dict[str, int]) -> dict[st
             "maxReceiveCount": queue.max_receive_count,
         }
         values["RedrivePolicy"] = json.dumps(policy, separators=(",", ":"))
+    if queue.fifo:
+        values["FifoQueue"] = "true"
+        values["ContentBasedDeduplication"] = str(queue.content_based_dedup).lower()
     return {name: values[name] for name in names if name in values}
 
 
 def differing(queue: SqsQueue, fields: dict[str, Any]) -> str | None:
     """The first field whose asked-for value is not the queue's, as its attribute name."""
     names = {field: name for name, (field, *_) in limits.QUEUE_NUMBERS.items()}
+    names.update(fifo="FifoQueue", content_based_dedup="ContentBasedDeduplication")
     for field, value in fields.items():
         if getattr(queue, field) != value:
             return names.get(field, "RedrivePolicy")

@@ -14,13 +14,15 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from broker import queue
+from broker import queues as queue_settings
 from broker.models import CounterDelta, QueueCounter, SqsQueue
-from broker.sqs import errors, limits, params, queueattrs
+from broker.sqs import dedup, errors, limits, params, queueattrs
 from broker.sqs.params import Call
 from contract.limits import QUEUE_RE
 
-# SQS's queue name rule within the broker's: no "." (a ".fifo" suffix would make it FIFO).
+# SQS's queue name rule within the broker's 64 characters: no "." but a FIFO queue's suffix.
 _NEW_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NEW_FIFO_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{64 - len(limits.FIFO_SUFFIX)}}}\.fifo")
 _NO_QUEUE = "The specified queue does not exist."
 
 
@@ -77,12 +79,18 @@ def resolve(call: Call) -> SqsQueue:
 
 
 def create_queue(call: Call) -> dict[str, Any]:
-    """CreateQueue: a new queue's row, or the URL of an existing one with the same attributes."""
+    """CreateQueue: a new queue's row, or the URL of an existing one with the same attributes.
+    A new standard queue is `fair`; a FIFO queue (FifoQueue "true", a .fifo name) `ordered`."""
     name = params.text(call.body, "QueueName")
-    fields = queueattrs.settings_from(params.string_map(call.body, "Attributes"))
-    if name.endswith(".fifo"):
-        raise errors.UnsupportedOperation(queueattrs.FIFO_REFUSED)
-    if not _NEW_NAME.fullmatch(name):
+    raw = params.string_map(call.body, "Attributes")
+    fifo = queueattrs.is_fifo(raw)
+    fields = {**queueattrs.settings_from(raw, fifo=fifo, creating=True), "fifo": fifo}
+    if fifo and not _NEW_FIFO_NAME.fullmatch(name):
+        raise errors.InvalidParameterValue(
+            "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+            "underscores, must end with .fifo suffix and be 1 to 64 in length."
+        )
+    if not fifo and not _NEW_NAME.fullmatch(name):
         raise errors.InvalidParameterValue(
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 64 in length"
         )
@@ -97,6 +105,8 @@ def create_queue(call: Call) -> dict[str, Any]:
                 f"A queue already exists with the same name and a different value for "
                 f"attribute {clash}"
             )
+        if created:
+            queue_settings.update(name, {"ordered": True} if fifo else {"fair": True})
     if created and "max_receive_count" in fields:
         queue.limit_receives(name, fields["max_receive_count"])
     return {"QueueUrl": queue_url(call, name)}
@@ -154,7 +164,8 @@ def get_queue_attributes(call: Call) -> dict[str, Any]:
 def set_queue_attributes(call: Call) -> dict[str, Any]:
     """SetQueueAttributes; a new RedrivePolicy applies to the messages already in the queue."""
     found = resolve(call)
-    fields = queueattrs.settings_from(params.string_map(call.body, "Attributes"))
+    raw = params.string_map(call.body, "Attributes")
+    fields = queueattrs.settings_from(raw, fifo=found.fifo, creating=False)
     if fields:
         SqsQueue.objects.filter(name=found.name).update(**fields, updated_at=timezone.now())
     if "max_receive_count" in fields and fields["max_receive_count"] != found.max_receive_count:
@@ -173,4 +184,5 @@ def delete_queue(call: Call) -> dict[str, Any]:
     found = resolve(call)
     queue.cancel_queue(found.name)
     SqsQueue.objects.filter(name=found.name).delete()
+    dedup.forget(found.name)
     return {}

@@ -10,17 +10,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from broker import queue
-from broker.exceptions import BrokerError, LeaseMismatch
-from broker.longpoll import claim_wait
+from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
+from broker.longpoll import claim_wait, once
 from broker.models import SqsQueue, Task
 from broker.queue import Delivery
-from broker.sqs import attributes, errors, limits, params
+from broker.sqs import attributes, errors, limits, params, sending
 from broker.sqs.params import Call
 from broker.sqs.queues import resolve
 from broker.states import State
 from contract.limits import parse_task_id
 
-_SQS_KEYS = frozenset({"body", "attributes", "system_attributes"})
+# The system attribute that carries a task's last checkpoint (docs/sqs.md).
+CHECKPOINT_ATTRIBUTE = "Checkpoint"
+_SQS_KEYS = frozenset({"body", "attributes", "system_attributes", "deduplication_id"})
+_DEDUP = "MessageDeduplicationId"
 _NOT_CHANGEABLE = "Message does not exist or is not available for visibility timeout change."
 
 
@@ -47,7 +50,9 @@ def held(receipt: Any, found: SqsQueue) -> tuple[int, str]:
 
 def receive_message(call: Call) -> dict[str, Any]:
     """ReceiveMessage: claim up to MaxNumberOfMessages, waiting up to WaitTimeSeconds."""
-    found = resolve(call)
+    # Resolved once: a parked receive's request is served again when woken or at its end, and
+    # a query for its queue each time was most of what its end cost.
+    found = once(call.parking, "queue", lambda: resolve(call))
     body = call.body
     most = params.integer(body, "MaxNumberOfMessages", 1, limits.MAX_RECEIVE, 1)
     visible_s = params.integer(
@@ -59,17 +64,19 @@ def receive_message(call: Call) -> dict[str, Any]:
     wanted = params.names(body, "MessageAttributeNames")
     got = claim_wait(
         [found.name], lease_ms=visible_s * 1000, wait_ms=wait_s * 1000, limit=most,
-        worker=call.worker, gone=call.gone,
+        worker=call.worker, gone=call.gone, parking=call.parking,
     )  # fmt: skip
     if visible_s == 0 and got:
         # Visible again at once: received, and handed back in the same breath.
         queue.release_many([(d.task.pk, d.lease_id) for d in got])
     if not got:
         return {}
-    return {"Messages": [message(d, system, wanted) for d in got]}
+    return {"Messages": [message(d, system, wanted, fifo=found.fifo) for d in got]}
 
 
-def message(delivery: Delivery, system: set[str], wanted: list[str]) -> dict[str, Any]:
+def message(
+    delivery: Delivery, system: set[str], wanted: list[str], *, fifo: bool = False
+) -> dict[str, Any]:
     """One received message: the body, the attributes asked for, and their MD5s."""
     task = delivery.task
     body, user, system_attributes = split_payload(task.payload)
@@ -85,6 +92,17 @@ def message(delivery: Delivery, system: set[str], wanted: list[str]) -> dict[str
     trace = system_attributes.get("AWSTraceHeader", {}).get("StringValue")
     if trace is not None:
         known["AWSTraceHeader"] = trace
+    if task.key is not None:
+        known["MessageGroupId"] = task.key
+    if fifo:
+        known["SequenceNumber"] = sending.sequence_number(task.pk)
+        dedup_id = _deduplication_id(task.payload) if every or _DEDUP in system else None
+        if dedup_id is not None:
+            known[_DEDUP] = dedup_id
+    if task.checkpoint is not None:
+        # Not an SQS attribute: the last checkpoint a native worker reported on this task
+        # (POST /jobs/{id}/progress), as JSON text, so a receive after a failure resumes too.
+        known[CHECKPOINT_ATTRIBUTE] = task.checkpoint
     chosen = {name: value for name, value in known.items() if every or name in system}
     if chosen:
         out["Attributes"] = chosen
@@ -102,6 +120,12 @@ def _asked(name: str, wanted: list[str]) -> bool:
     )
 
 
+def _deduplication_id(payload: str) -> str | None:
+    value = json.loads(payload)
+    found = value.get("deduplication_id") if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def split_payload(payload: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(Body, message attributes, system attributes) of a stored payload: one sent over SQS,
     or any other (a native task): a JSON string is its text, other JSON its text as stored."""
@@ -117,14 +141,27 @@ def split_payload(payload: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
 
 
 def delete_message(call: Call) -> dict[str, Any]:
-    """DeleteMessage: ack. A handle whose receive is over (stale) succeeds and deletes nothing,
-    as in SQS; one naming no message of this queue is ReceiptHandleIsInvalid."""
+    """DeleteMessage: ack. The latest handle deletes its message even once its visibility
+    timeout lapsed, until the message is received again; an older handle succeeds and deletes
+    nothing, as in SQS; one naming no message of this queue is ReceiptHandleIsInvalid."""
     found = resolve(call)
     receipt = params.text(call.body, "ReceiptHandle")
     pk, lease = held(receipt, found)
-    if queue.ack_many([(pk, lease, None)])[0] is not None and not _in_queue([pk], found):
+    if _delete([(pk, lease)])[0] is not None and not _in_queue([pk], found):
         raise _invalid(receipt)
     return {}
+
+
+def _delete(items: list[tuple[int, str]]) -> list[Any]:
+    """Ack each (task, lease); a task no longer held under it, whose lapsed lease was the latest,
+    is deleted all the same (queue.ack_lapsed). Per item: None when deleted, else ack's outcome."""
+    outcomes = queue.ack_many([(pk, lease, None) for pk, lease in items])
+    lapsed = [i for i, outcome in enumerate(outcomes) if outcome is TaskNotHeld]
+    if lapsed:
+        for i, moved in zip(lapsed, queue.ack_lapsed([items[i] for i in lapsed]), strict=True):
+            if moved:
+                outcomes[i] = None
+    return outcomes
 
 
 def delete_message_batch(call: Call) -> dict[str, Any]:
@@ -138,7 +175,7 @@ def delete_message_batch(call: Call) -> dict[str, Any]:
             items.append((entry["Id"], receipt, *held(receipt, found)))
         except errors.SqsError as refused:
             failed.append(refused.entry(entry["Id"]))
-    outcomes = queue.ack_many([(pk, lease, None) for _, _, pk, lease in items]) if items else []
+    outcomes = _delete([(pk, lease) for _, _, pk, lease in items]) if items else []
     missed = [pk for (_, _, pk, _), outcome in zip(items, outcomes, strict=True) if outcome]
     known = _in_queue(missed, found) if missed else set()
     successful = []

@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from broker.sqs import errors, limits
 
 ALGORITHM = "AWS4-HMAC-SHA256"
+SERVICE = "sqs"  # the service a credential scope must name
 _DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 _FIELDS = re.compile(r"\s*(Credential|SignedHeaders|Signature)=([^,\s]*)\s*(?:,|$)")
 _MISMATCH = (
@@ -35,6 +36,11 @@ def verify(request: HttpRequest, body: bytes, credentials: dict[str, str], now: 
     if len(scope) != 5 or scope[4] != "aws4_request" or not signed or not fields.get("Signature"):
         raise errors.SignatureDoesNotMatch(f"Authorization header is malformed: {header[:200]}")
     key_id, day, region, service, _ = scope
+    if service != SERVICE:
+        # A signature made for another service (s3, iam) must not be good here, as in SQS.
+        raise errors.SignatureDoesNotMatch(
+            f"Credential should be scoped to correct service: '{SERVICE}'."
+        )
     secret = credentials.get(key_id)
     if secret is None:
         raise errors.InvalidClientTokenId("The security token included in the request is invalid.")
@@ -47,16 +53,28 @@ def verify(request: HttpRequest, body: bytes, credentials: dict[str, str], now: 
     if declared is not None and declared != payload_hash:
         # Signed or not, a declared hash that is not the body's would let the body be swapped.
         raise errors.SignatureDoesNotMatch("X-Amz-Content-Sha256 is not the SHA-256 of the body.")
-    canonical = canonical_request(request, names, payload_hash)
-    scope_text = "/".join(scope[1:])
-    to_sign = "\n".join(
-        (ALGORITHM, stamp, scope_text, hashlib.sha256(canonical.encode()).hexdigest())
-    )
-    key = signing_key(secret, day, region, service)
-    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    expected = signature(request, names, payload_hash, secret, stamp, (day, region, service))
     if not hmac.compare_digest(expected.encode(), fields["Signature"].encode()):
         raise errors.SignatureDoesNotMatch(_MISMATCH)
     return key_id
+
+
+def signature(
+    request: HttpRequest,
+    names: list[str],
+    payload_hash: str,
+    secret: str,
+    stamp: str,
+    scope: tuple[str, str, str],
+) -> str:
+    """The hex signature of `request` over the headers `names`, for (day, region, service)."""
+    canonical = canonical_request(request, names, payload_hash)
+    to_sign = "\n".join(
+        (ALGORITHM, stamp, "/".join((*scope, "aws4_request")),
+         hashlib.sha256(canonical.encode()).hexdigest())
+    )  # fmt: skip
+    key = signing_key(secret, *scope)
+    return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
 
 
 def _checked_date(request: HttpRequest, day: str, now: datetime) -> str:

@@ -30,7 +30,7 @@ def user_with() -> Callable[..., Client]:
     def login(*codenames: str, staff: bool = True) -> Client:
         nonlocal made
         made += 1
-        user = User.objects.create_user(f"user{made}", password="pw-not-checked", is_staff=staff)
+        user = User.objects.create_user(f"user{made}", password=None, is_staff=staff)
         user.user_permissions.set(
             Permission.objects.filter(content_type__app_label="broker", codename__in=codenames)
         )

@@ -81,7 +81,8 @@ def test_data__numbers__equal_the_stats_endpoint(
     snap = admin_client.get(DATA).json()
     stats = api_client.get("/stats").json()
 
-    assert snap["gauges"] == {k: stats[k] for k in ("ready", "handed_out", "delayed", "dead")}
+    gauges = ("ready", "handed_out", "delayed", "dead", "blocked")
+    assert snap["gauges"] == {k: stats[k] for k in gauges}
     assert snap["totals"] == stats["totals"]
     assert snap["queues"] == stats["queues"]
     assert snap["invariant"] == {
@@ -164,3 +165,74 @@ def test_data__api_tokens_set__session_is_enough_no_bearer_token(
     assert admin_client.get(DATA).status_code == 200
     assert admin_client.get(PAGE).status_code == 200
     assert admin_client.get("/stats").status_code == 401  # the API itself still wants its token
+
+
+# -- running tasks and history ----------------------------------------------------------------
+
+HISTORY = "/dashboard/history.json"
+
+
+def test_data__running_tasks__longest_first_with_their_progress(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    enqueue_task(queue="imports", type=None)
+    enqueue_task(queue="mail")
+    first = queue.claim(["imports"], 60_000, worker="host:1:worker-1")[0]
+    queue.progress(
+        first.task.pk,
+        lease_id=first.lease_id,
+        report=queue.Report(fraction=0.4, message="row 40 of 100"),
+    )
+    second = queue.claim(["mail"], 60_000)[0]
+
+    running = admin_client.get(DATA).json()["running"]
+
+    assert [r["id"] for r in running] == [str(first.task.pk), str(second.task.pk)]
+    shown = running[0]
+    assert (shown["queue"], shown["worker"], shown["attempts"]) == ("imports", "host:1:worker-1", 1)
+    assert (shown["progress"]["fraction"], shown["progress"]["message"]) == (0.4, "row 40 of 100")
+    assert shown["url"] == reverse("admin:broker_task_change", args=[first.task.pk])
+    assert running[1]["progress"] is None
+    queue.ack(first.task.pk, lease_id=first.lease_id)
+    assert [r["id"] for r in admin_client.get(DATA).json()["running"]] == [str(second.task.pk)]
+
+
+def test_dashboard__page__history_of_the_last_hour_embedded_and_charting_assets(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    enqueue_task(queue="reports")
+    enqueue_task(queue="reports")
+    html = admin_client.get(PAGE).content.decode()
+
+    assert 'id="history-initial"' in html
+    assert '"enqueued": 2' in html  # the current minute, before any recording
+    assert 'src="/static/broker/vendor/uplot/uPlot.iife.min.js"' in html
+    assert 'href="/static/broker/vendor/uplot/uPlot.min.css"' in html
+    assert 'src="/static/broker/history.js"' in html
+    assert '<option value="reports">reports</option>' in html
+    assert "//cdn" not in html and "https://" not in html
+
+
+def test_history_json__staff__the_apis_answer(
+    admin_client: Client, api_client, enqueue_task: Callable[..., int], settings
+) -> None:
+    enqueue_task(queue="a")
+    settings.BROKER_API_TOKENS = ["secret-token"]  # the session is enough, as for data.json
+    got = admin_client.get(f"{HISTORY}?step=3600&queue=a")
+    assert got.status_code == 200
+    assert got["Cache-Control"] == "no-store"
+    settings.BROKER_API_TOKENS = []
+    assert got.json() == api_client.get("/stats/history?step=3600&queue=a").json()
+    assert [p["enqueued"] for p in got.json()["points"]] == [1]
+
+
+def test_history_json__bad_parameter__400_json(admin_client: Client) -> None:
+    got = admin_client.get(f"{HISTORY}?step=5")
+    assert got.status_code == 400
+    assert list(got.json()["fields"]) == ["step"]
+
+
+def test_history_json__anonymous__403_json(client: Client) -> None:
+    got = client.get(HISTORY)
+    assert got.status_code == 403
+    assert got.json() == {"error": "Staff login required."}

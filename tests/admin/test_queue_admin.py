@@ -97,6 +97,7 @@ def test_schedule_add__saved_through_create(admin_client: Client) -> None:
     [
         ({"cron": "0 3 * *"}, "cron"),
         ({"cron": "0 3 * * *", "timezone": "Nowhere/Land"}, "Not a time zone"),
+        ({"cron": "0 3 * * *", "timezone": "America"}, "Not a time zone"),
         ({"every_s": "30", "job": "{not json"}, "Not JSON."),
         ({"every_s": "30", "job": json.dumps({"payload": 1, "max_attempt": 2})}, "max_attempt"),
     ],
@@ -133,6 +134,19 @@ def test_schedule_change__retimed__next_run_recomputed(admin_client: Client) -> 
     assert json.loads(after.job) == {"payload": 2}
 
 
+def test_schedule_change__zone_a_tzdata_folder__shown_nothing_changed(
+    admin_client: Client,
+) -> None:
+    schedules.create({"name": "n", "cron": "0 3 * * *", "job": {"payload": 1}})
+    r = admin_client.post(
+        f"{SCHEDULES}n/change/",
+        {"cron": "0 3 * * *", "timezone": "Europe", "job": json.dumps({"payload": 1})},
+    )
+    assert r.status_code == 200
+    assert "Not a time zone" in r.content.decode()
+    assert Schedule.objects.get(name="n").timezone == "UTC"
+
+
 def test_task_page__says_why_it_waits(
     admin_client: Client, enqueue_task: Callable[..., int]
 ) -> None:
@@ -143,11 +157,18 @@ def test_task_page__says_why_it_waits(
     assert "The queue &#x27;mail&#x27; is paused" in html
 
 
-def test_dashboard_data__paused_and_limited_queues(admin_client: Client) -> None:
+def test_dashboard_data__paused_limited_and_keyed_queues(admin_client: Client) -> None:
     queues.update("mail", {"paused": True})
     queues.update("api", {"max_in_flight": 4, "rate_per_s": 2.5})
+    queues.update("ledger", {"ordered": True})
+    queues.update("imports", {"fair": True, "key_max_in_flight": 2})
+    queues.update("plain", {})
     snap = admin_client.get("/dashboard/data.json").json()
+    keyless = {"fair": False, "key_max_in_flight": None, "ordered": False}
+    unlimited = {"paused": False, "max_in_flight": None, "rate_per_s": None}
     assert snap["queue_settings"] == {
-        "api": {"paused": False, "max_in_flight": 4, "rate_per_s": 2.5},
-        "mail": {"paused": True, "max_in_flight": None, "rate_per_s": None},
+        "api": {"paused": False, "max_in_flight": 4, "rate_per_s": 2.5, **keyless},
+        "imports": {**unlimited, "fair": True, "key_max_in_flight": 2, "ordered": False},
+        "ledger": {**unlimited, "fair": False, "key_max_in_flight": None, "ordered": True},
+        "mail": {"paused": True, "max_in_flight": None, "rate_per_s": None, **keyless},
     }

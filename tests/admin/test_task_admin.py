@@ -45,7 +45,9 @@ def test_task_list__columns__id_state_queue_type_priority_attempts_error_updated
     assert headers == [
         "Id",
         "State",
+        "Progress",
         "Queue",
+        "Key",
         "Type",
         "Priority",
         "Attempts",
@@ -200,6 +202,60 @@ def test_task_page__payload_result_and_every_error_pretty_printed(
     assert "first: timeout" in html
     assert "second: &lt;refused&gt;" in raw  # escaped, not markup
     assert re.search(r"<td>1</td>.*first: timeout.*<td>2</td>.*second", html, re.S)
+
+
+def _reported(fraction: float | None, message: str | None, checkpoint: str | None = None) -> int:
+    """A handed-out task whose holder reported (fraction, message, checkpoint JSON text)."""
+    d = queue.claim(None, 30_000)[0]
+    report = queue.Report(fraction=fraction, message=message, checkpoint=checkpoint)
+    queue.progress(d.task.pk, lease_id=d.lease_id, report=report)
+    return d.task.pk
+
+
+def test_task_list__handed_out_with_a_report__progress_bar(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    enqueue_task()
+    enqueue_task()
+    enqueue_task()
+    running = _reported(0.4, "row 40 of 100")
+    silent = queue.claim(None, 30_000)[0].task.pk  # handed out, nothing reported yet
+    finished = _reported(1.0, "all rows")
+    queue.ack(finished, lease_id=Task.objects.get(pk=finished).lease_id)
+
+    html = admin_client.get(TASKS).content.decode()
+
+    cells = dict(re.findall(r"/task/(\d+)/change/.*?<td class=\"field-progress_bar\">(.*?)</td>",
+                            html, re.S))  # fmt: skip
+    assert '<progress class="broker-progress" max="1" value="0.4000"' in cells[str(running)]
+    assert "40% row 40 of 100" in cells[str(running)]
+    assert cells[str(silent)] == cells[str(finished)] == "-"  # Django's empty value
+
+
+def test_task_page__progress_bar_and_checkpoint__then_kept_once_done(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    enqueue_task()
+    pk = _reported(0.25, "page 3", checkpoint='{"page":3}')
+
+    html = unescape(admin_client.get(_change(pk)).content.decode())
+    assert '<progress class="broker-progress" max="1" value="0.2500"' in html
+    assert "25% page 3" in html and "reported 20" in html
+    assert '{\n  "page": 3\n}' in html
+
+    queue.ack(pk, lease_id=Task.objects.get(pk=pk).lease_id)
+    html = unescape(admin_client.get(_change(pk)).content.decode())
+    assert "<progress" not in html
+    assert "25% page 3 (last report" in html.replace("<small>", "")
+
+
+def test_task_page__message_only__indeterminate_bar(
+    admin_client: Client, enqueue_task: Callable[..., int]
+) -> None:
+    enqueue_task()
+    pk = _reported(None, "warming up <cache>")
+    raw = admin_client.get(_change(pk)).content.decode()
+    assert '<progress class="broker-progress" title="warming up &lt;cache&gt;"></progress>' in raw
 
 
 def test_task_page__150_long_errors__newest_100_cut_and_said_so(

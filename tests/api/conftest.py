@@ -19,8 +19,9 @@ JSON_1_0 = "application/x-amz-json-1.0"
 Sqs = Callable[..., tuple[int, dict[str, Any], Any]]
 # A task's keys as a claim hands it out, in order; GET /jobs/{id} shows these and more.
 DELIVERED_KEYS = (
-    "id payload attempts max_attempts queue priority type created_at available_at".split()
-)
+    "id payload attempts max_attempts queue priority type key created_at available_at"
+    " checkpoint after parents"
+).split()
 
 
 def parse_time(text: str) -> datetime:

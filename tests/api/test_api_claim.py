@@ -10,6 +10,7 @@ import pytest
 
 from broker.api import views
 from tests.api.conftest import DELIVERED_KEYS, assert_ahead, parse_time
+from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +34,8 @@ def test_claim__ready_task__200_exact_shape(api_client, enqueue) -> None:
         "priority": "low",
         "type": None,
     }
+    assert (task["after"], task["parents"]) == ([], {})
+    assert task["checkpoint"] is None  # a first delivery: nothing to resume from
     assert isinstance(body["lease_id"], str) and body["lease_id"]
     created = parse_time(task["created_at"])
     assert parse_time(task["available_at"]) == created
@@ -182,3 +185,15 @@ def test_claim__worker_header_with_nul__200_not_503(api_client, enqueue, task) -
     r = api_client.get("/jobs/next?wait_ms=0", HTTP_X_BROKER_WORKER="w\x00x")
     assert r.status_code == 200
     assert task(task_id)["worker"] == "w\ufffdx"
+
+
+@pytest.mark.parametrize("how", ["get", "post"])
+def test_claim__a_queue_named_twice__taken_from_once(api_client, put, how: str) -> None:
+    ids = put("a", 3)
+    if how == "post":
+        r = post(api_client, "/jobs/claim", {"max": 2, "queues": ["a", "a"], "wait_ms": 0})
+        got = [d["task"]["id"] for d in r.json()["deliveries"]]
+        assert got == ids[:2]
+    else:
+        r = api_client.get("/jobs/next", {"queue": "a,a", "wait_ms": 0})
+        assert r.json()["task"]["id"] == ids[0]

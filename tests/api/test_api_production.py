@@ -116,6 +116,23 @@ def test_check_deploy__no_api_tokens__warns_the_api_is_open() -> None:
     assert "broker.W001" in result.stderr and "BROKER_API_TOKENS is empty" in result.stderr
 
 
+def test_check__sqs_credentials_without_api_tokens__warns_they_are_ignored() -> None:
+    env = {**PRODUCTION, "BROKER_API_TOKENS": "", "BROKER_SQS_CREDENTIALS": "AKID:secret"}
+    result = _run(["manage.py", "check", "--fail-level", "WARNING"], **env)
+    assert result.returncode != 0
+    assert "broker.W002" in result.stderr and "credentials are ignored" in result.stderr
+    quiet = _run(["manage.py", "check", "--fail-level", "WARNING"],
+                 **{**env, "BROKER_API_TOKENS": "t"})  # fmt: skip
+    assert quiet.returncode == 0, quiet.stderr
+
+
+def test_web_app_start__sqs_credentials_without_api_tokens__logs_the_warning() -> None:
+    env = {**PRODUCTION, "BROKER_API_TOKENS": "", "BROKER_SQS_CREDENTIALS": "AKID:secret"}
+    result = _run(["-c", "import queueproject.wsgi"], **env)
+    assert result.returncode == 0, result.stderr
+    assert "broker.W002" in result.stderr
+
+
 @pytest.mark.django_db
 @override_settings(**HTTPS_SETTINGS)
 def test_https_mode__plain_http_api_call__redirected_to_https() -> None:

@@ -19,6 +19,17 @@ EXPECTED = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _scope_written_this_second(api_client, monkeypatch) -> None:
+    """The first claim of a scope in a second writes its note (one statement more: see
+    test_claim__first_of_its_scope_this_second__one_statement_more); the counts below are of the
+    claims after it."""
+    from broker.claimers import claim_log
+
+    api_client.get("/jobs/next?wait_ms=0")
+    monkeypatch.setattr(claim_log, "write_every_s", 3600.0)
+
+
 def _count(call) -> tuple[int, object]:
     with CaptureQueriesContext(connection) as ctx:
         result = call()
@@ -63,3 +74,35 @@ def test_batch_claim__one_query_for_many(api_client) -> None:
     n, r = _count(lambda: api_client.post("/jobs/claim", {"max": 10, "wait_ms": 0}, format="json"))
     assert r.status_code == 200 and len(r.json()["deliveries"]) == 10
     assert n == EXPECTED[connection.vendor]["claim"]
+
+
+def test_claim__first_of_its_scope_this_second__one_statement_more(api_client) -> None:
+    expected = EXPECTED[connection.vendor]["claim_empty"]
+    n, r = _count(lambda: api_client.get("/jobs/next?wait_ms=0&queue=fresh"))
+    assert r.status_code == 204
+    assert n == expected + 1
+    n, r = _count(lambda: api_client.get("/jobs/next?wait_ms=0&queue=fresh"))
+    assert n == expected
+
+
+def test_sqs_standard_queue__send_as_before_receive_costs_the_same_for_2_or_10(
+    sqs, queue_url
+) -> None:
+    """A queue made by CreateQueue is fair; its keyless messages cost no statement per message:
+    a send is the queue's read and the enqueue, a receive of 10 costs what a receive of 2 does
+    (one probe more than a receive of 1: the keyless key's next tasks)."""
+    url = queue_url("std")
+    n, (status, _, _) = _count(lambda: sqs("SendMessage", {"QueueUrl": url, "MessageBody": "m"}))
+    assert (status, n) == (200, 1 + EXPECTED[connection.vendor]["enqueue"])
+    entries = [{"Id": str(i), "MessageBody": "m"} for i in range(10)]
+    for _ in range(2):
+        sqs("SendMessageBatch", {"QueueUrl": url, "Entries": entries})
+    sqs("ReceiveMessage", {"QueueUrl": url})  # the first claim of a scope writes its note
+    costs = []
+    for most in (1, 2, 10):
+        n, (status, answer, _) = _count(
+            lambda most=most: sqs("ReceiveMessage", {"QueueUrl": url, "MaxNumberOfMessages": most})
+        )
+        assert (status, len(answer["Messages"])) == (200, most)
+        costs.append(n)
+    assert costs[0] + 1 == costs[1] == costs[2], costs

@@ -10,8 +10,11 @@ from tests.api.conftest import patch
 
 pytestmark = pytest.mark.django_db
 
-PLAIN = {"paused": False, "max_in_flight": None, "rate_per_s": None}
-EMPTY = {"ready": 0, "handed_out": 0, "delayed": 0, "dead": 0}
+PLAIN = {
+    "paused": False, "max_in_flight": None, "rate_per_s": None, "fair": False,
+    "key_max_in_flight": None, "ordered": False,
+}  # fmt: skip
+EMPTY = {"ready": 0, "handed_out": 0, "delayed": 0, "dead": 0, "blocked": 0}
 
 
 def test_queues__none_named__empty_list(api_client) -> None:
@@ -42,7 +45,7 @@ def test_queue__one__its_settings_and_gauges(api_client, put, set_queue) -> None
     r = api_client.get("/queues/mail")
     assert r.status_code == 200
     assert r.json() == {
-        "name": "mail", "paused": False, "max_in_flight": 5, "rate_per_s": 2.5, **EMPTY,
+        "name": "mail", **PLAIN, "max_in_flight": 5, "rate_per_s": 2.5, **EMPTY,
         "ready": 2,
     }  # fmt: skip
 
@@ -97,6 +100,13 @@ def test_patch__each_field_alone__changes_only_it(set_queue) -> None:
         ({"rate_per_s": "1"}, "rate_per_s"),
         ({"rate_per_s": 1e12}, "rate_per_s"),
         ({"pause": True}, "pause"),
+        ({"fair": None}, "fair"),
+        ({"fair": "yes"}, "fair"),
+        ({"ordered": None}, "ordered"),
+        ({"ordered": 1}, "ordered"),
+        ({"key_max_in_flight": 0}, "key_max_in_flight"),
+        ({"key_max_in_flight": "3"}, "key_max_in_flight"),
+        ({"key_max_in_flight": 2.5}, "key_max_in_flight"),
         ({"paused": True, "max_inflight": 2}, "max_inflight"),
     ],
 )

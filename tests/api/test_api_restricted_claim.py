@@ -134,3 +134,11 @@ def test_unrestricted__claim_is_the_one_statement(put, take, set_queue) -> None:
         assert names(take(["plain"])) == ["plain"]
     claims = [q for q in ctx.captured_queries if "broker_task" in q["sql"]]
     assert len(claims) == 1 if connection.vendor == "postgresql" else len(claims) == 2
+
+
+def test_restricted_hints__claims_of_ever_new_scopes__bounded(take, set_queue) -> None:
+    set_queue("paused", paused=True)
+    for i in range(restricted.MAX_HINTS * 3):
+        queue.claim(["paused", f"x{i}"], 1000)
+    assert 0 < len(restricted._hints) <= restricted.MAX_HINTS
+    assert restricted.seems_restricted(["paused", f"x{restricted.MAX_HINTS * 3 - 1}"])

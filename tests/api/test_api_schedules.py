@@ -71,6 +71,12 @@ def test_create__same_name__409(api_client) -> None:
         ({"name": "n", "cron": 5}, "cron"),
         ({"name": "n", "cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "timezone"),
         ({"name": "n", "cron": "0 3 * * *", "timezone": ""}, "timezone"),
+        # tzdata folders and over-long names: ZoneInfo raises OSError for these, not "not found"
+        ({"name": "n", "cron": "0 3 * * *", "timezone": "America"}, "timezone"),
+        ({"name": "n", "cron": "0 3 * * *", "timezone": "Etc"}, "timezone"),
+        ({"name": "n", "cron": "0 3 * * *", "timezone": "Europe/"}, "timezone"),
+        ({"name": "n", "cron": "0 3 * * *", "timezone": "x" * 300}, "timezone"),
+        ({"name": "n", "cron": "0 3 * * *", "timezone": "Europe/" + "P" * 293}, "timezone"),
         ({"name": "n", "every_s": 0}, "every_s"),
         ({"name": "n", "every_s": 1.5}, "every_s"),
         ({"name": "n", "every_s": True}, "every_s"),
@@ -167,6 +173,8 @@ def test_patch__pause_then_resume__next_run_null_then_after_now(api_client) -> N
     [
         ({"every_s": None}, "cron"),
         ({"timezone": "Europe/Paris"}, "timezone"),
+        ({"cron": "0 3 * * *", "timezone": "Europe"}, "timezone"),
+        ({"cron": "0 3 * * *", "timezone": "y" * 300}, "timezone"),
         ({"every_s": -5}, "every_s"),
         ({"job": {"payload": 1, "delay_ms": -1}}, "job.delay_ms"),
         ({"paused": "no"}, "paused"),
@@ -180,6 +188,20 @@ def test_patch__bad__400_and_nothing_changes(api_client, body: dict[str, Any], f
     assert r.status_code == 400
     assert field in r.json()["fields"]
     assert api_client.get("/schedules/n").json() == before
+
+
+@pytest.mark.parametrize("method", ["get", "patch", "delete"])
+@pytest.mark.parametrize("name", ["a%00b", "%00", "a%20b", "x" * 65])
+def test_name_no_schedule_can_have__404_without_a_query(
+    api_client, django_assert_num_queries, method: str, name: str
+) -> None:
+    with django_assert_num_queries(0):
+        if method == "patch":
+            r = patch(api_client, f"/schedules/{name}", {"paused": True})
+        else:
+            r = getattr(api_client, method)(f"/schedules/{name}")
+    assert r.status_code == 404
+    assert r.json() == {"error": "No such schedule."}
 
 
 def test_patch__unknown__404(api_client) -> None:

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from broker import queue
 from broker.models import Task
+from broker.wakeup import hub
 from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
@@ -146,15 +147,16 @@ def test_settle_and_claim__acks_committed_before_the_claim_parks(api_client: API
             connections.close_all()
 
     thread = threading.Thread(target=park)
+    parked_before = hub.parked()
     start = time.monotonic()
     thread.start()
-    seen = None
-    while time.monotonic() - start < 4:
-        seen = Task.objects.filter(pk=a["task"]["id"]).values_list("state", flat=True).first()
-        if seen == "done":
-            break
-        time.sleep(0.02)
-    assert thread.is_alive(), "the claim answered instead of waiting"
+    # Read once the claim waits in the hub: a read beside its writes could meet SQLite's table
+    # lock (the test database is shared-cache memory), which answers a write at once, 503.
+    while hub.parked() == parked_before and time.monotonic() - start < 4:
+        time.sleep(0.005)
+    assert hub.parked() > parked_before and thread.is_alive(), "the claim did not wait"
+    seen = Task.objects.filter(pk=a["task"]["id"]).values_list("state", flat=True).first()
     assert seen == "done", "the ack waited for the claim's wait to end"
+    assert thread.is_alive(), "the claim answered instead of waiting"
     thread.join(15)
     assert answer["r"].status_code == 200 and answer["r"].json()["deliveries"] == []

@@ -7,6 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
+from broker import queue
 from broker.models import SqsQueue, Task
 from broker.states import State
 from tests.api.conftest import Sqs
@@ -59,6 +60,21 @@ def test_receive__visibility_zero__received_and_ready_again(sqs: Sqs, queue_url)
     assert [m["Attributes"]["ApproximateReceiveCount"] for m in first + second] == ["1", "2"]
 
 
+def test_receive__after_a_native_checkpoint__carries_it_when_asked(sqs: Sqs, queue_url) -> None:
+    url = queue_url("cp")
+    pk = int(_send(sqs, url))
+    first = _receive(sqs, url, AttributeNames=["All"])[0]
+    assert "Checkpoint" not in first["Attributes"]
+    held = Task.objects.get(pk=pk)  # a native worker reports under the receive's lease
+    queue.progress(pk, lease_id=held.lease_id, report=queue.Report(checkpoint='{"row":7}'))
+    queue.release(pk, lease_id=held.lease_id)  # the visibility timeout lapsed, say
+    again = _receive(sqs, url, MessageSystemAttributeNames=["Checkpoint"])[0]
+    assert again["Attributes"] == {"Checkpoint": '{"row":7}'}
+    queue.release(pk, lease_id=Task.objects.get(pk=pk).lease_id)
+    plain = _receive(sqs, url, AttributeNames=["SentTimestamp"])[0]
+    assert list(plain["Attributes"]) == ["SentTimestamp"]
+
+
 def test_delete__stale_handle__succeeds_deletes_nothing(sqs: Sqs, queue_url) -> None:
     url = queue_url("d")
     pk = int(_send(sqs, url))
@@ -68,6 +84,79 @@ def test_delete__stale_handle__succeeds_deletes_nothing(sqs: Sqs, queue_url) -> 
     assert Task.objects.get(pk=pk).state == State.HANDED_OUT
     assert sqs("DeleteMessage", {"QueueUrl": url, "ReceiptHandle": new})[0] == 200
     assert Task.objects.get(pk=pk).state == State.DONE
+
+
+def _delete(sqs: Sqs, url: str, handle: str) -> None:
+    status, answer, _ = sqs("DeleteMessage", {"QueueUrl": url, "ReceiptHandle": handle})
+    assert status == 200, answer
+
+
+def test_delete__latest_handle_after_a_receive_with_visibility_zero__deleted(
+    sqs: Sqs, queue_url
+) -> None:
+    url = queue_url("z")
+    pk = int(_send(sqs, url))
+    handle = _receive(sqs, url, VisibilityTimeout=0)[0]["ReceiptHandle"]
+    before = queue.stats()
+    _delete(sqs, url, handle)
+    assert Task.objects.get(pk=pk).state == State.DONE
+    after = queue.stats()
+    assert after["totals"]["acked"] == before["totals"]["acked"] + 1
+    assert after["gauges"]["ready"] == before["gauges"]["ready"] - 1
+    assert _receive(sqs, url) == []
+
+
+@pytest.mark.parametrize("redrive", [False, True])
+def test_delete__latest_handle_after_the_visibility_timeout_lapsed__deleted(
+    sqs: Sqs, queue_url, clock, redrive: bool
+) -> None:
+    policy = {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:1:dlq", "maxReceiveCount": 5}
+    url = queue_url("l", **({"RedrivePolicy": json.dumps(policy)} if redrive else {}))
+    pk = int(_send(sqs, url))
+    handle = _receive(sqs, url, VisibilityTimeout=1)[0]["ReceiptHandle"]
+    clock.advance(1500)
+    assert queue.reclaim_expired() == 1
+    assert Task.objects.get(pk=pk).state == State.READY
+    _delete(sqs, url, handle)
+    assert Task.objects.get(pk=pk).state == State.DONE
+
+
+def test_delete__batch_of_lapsed_latest_handles__deleted(sqs: Sqs, queue_url) -> None:
+    url = queue_url("b")
+    pks = {int(_send(sqs, url, str(i))) for i in range(3)}
+    got = _receive(sqs, url, VisibilityTimeout=0, MaxNumberOfMessages=3)
+    entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+    status, answer, _ = sqs("DeleteMessageBatch", {"QueueUrl": url, "Entries": entries})
+    assert status == 200 and len(answer["Successful"]) == 3 and answer["Failed"] == []
+    assert set(Task.objects.filter(state=State.DONE).values_list("pk", flat=True)) == pks
+
+
+def test_delete__lapsed_handle_of_a_native_task_in_backoff__deleted(
+    sqs: Sqs, enqueue, clock
+) -> None:
+    pk = int(enqueue(queue="native-b", payload={"n": 1}))
+    url = sqs("GetQueueUrl", {"QueueName": "native-b"})[1]["QueueUrl"]
+    handle = _receive(sqs, url, VisibilityTimeout=1)[0]["ReceiptHandle"]
+    clock.advance(1500)
+    assert queue.reclaim_expired() == 1
+    assert Task.objects.get(pk=pk).state == State.DELAYED  # a native task backs off
+    _delete(sqs, url, handle)
+    assert Task.objects.get(pk=pk).state == State.DONE
+
+
+def test_delete__handle_of_a_message_requeued_from_the_dlq__deletes_nothing(
+    sqs: Sqs, queue_url, clock
+) -> None:
+    policy = {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:1:dlq", "maxReceiveCount": 1}
+    url = queue_url("dl", RedrivePolicy=json.dumps(policy))
+    pk = int(_send(sqs, url))
+    handle = _receive(sqs, url, VisibilityTimeout=1)[0]["ReceiptHandle"]
+    clock.advance(1500)
+    queue.reclaim_expired()
+    assert Task.objects.get(pk=pk).state == State.DEAD
+    queue.requeue(pk)
+    _delete(sqs, url, handle)
+    assert Task.objects.get(pk=pk).state == State.READY
 
 
 def test_delete__handle_of_another_queue__receipt_handle_is_invalid(sqs: Sqs, queue_url) -> None:
@@ -187,8 +276,8 @@ def test_create_queue__same_attributes_again__same_url_else_queue_name_exists(
 @pytest.mark.parametrize(
     ("body", "code"),
     [
-        ({"QueueName": "x.fifo"}, "UnsupportedOperation"),
-        ({"QueueName": "x", "Attributes": {"FifoQueue": "true"}}, "UnsupportedOperation"),
+        ({"QueueName": "x.fifo"}, "InvalidParameterValue"),
+        ({"QueueName": "x", "Attributes": {"FifoQueue": "true"}}, "InvalidParameterValue"),
         ({"QueueName": "a.b"}, "InvalidParameterValue"),
         ({"QueueName": "x" * 65}, "InvalidParameterValue"),
         ({}, "MissingParameter"),

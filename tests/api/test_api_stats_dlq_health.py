@@ -16,15 +16,16 @@ def test_stats__fresh__exact_shape_all_zero(api_client) -> None:
     r = api_client.get("/stats")
     assert r.status_code == 200
     body = r.json()
-    assert {k: body[k] for k in ("ready", "handed_out", "delayed", "dead")} == {
+    assert {k: body[k] for k in ("ready", "handed_out", "delayed", "dead", "blocked")} == {
         "ready": 0,
         "handed_out": 0,
         "delayed": 0,
         "dead": 0,
+        "blocked": 0,
     }
     assert list(body["totals"]) == list(COUNTER_NAMES)
     assert set(body["totals"].values()) == {0}
-    assert set(body) <= {"ready", "handed_out", "delayed", "dead", "totals", "queues"}
+    assert set(body) <= {"ready", "handed_out", "delayed", "dead", "blocked", "totals", "queues"}
 
 
 @override_settings(BROKER_RETRY_BASE_MS=60_000, BROKER_RETRY_MAX_MS=60_000)
@@ -56,9 +57,15 @@ def test_stats__after_each_kind_of_move__gauges_and_totals(api_client, enqueue, 
         "buried": 1,
         "requeued": 0,
         "cancelled": 1,
+        "released": 0,
     }
-    assert body["queues"]["a"] == {"ready": 1, "handed_out": 1, "delayed": 2, "dead": 0}
-    assert body["queues"]["b"] == {"ready": 0, "handed_out": 0, "delayed": 0, "dead": 1}
+    assert body["blocked"] == 0
+    assert body["queues"]["a"] == {
+        "ready": 1, "handed_out": 1, "delayed": 2, "dead": 0, "blocked": 0,
+    }  # fmt: skip
+    assert body["queues"]["b"] == {
+        "ready": 0, "handed_out": 0, "delayed": 0, "dead": 1, "blocked": 0,
+    }  # fmt: skip
 
 
 @pytest.fixture

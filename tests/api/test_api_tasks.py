@@ -12,7 +12,9 @@ from tests.conftest import post
 
 pytestmark = pytest.mark.django_db
 
-LISTED_KEYS = {*DELIVERED_KEYS, "state", "errors", "last_error", "result", "updated_at"}
+LISTED_KEYS = {
+    *DELIVERED_KEYS, "state", "errors", "last_error", "result", "updated_at", "progress",
+}  # fmt: skip
 
 
 def ids_of(body: dict) -> list[str]:

@@ -83,7 +83,9 @@ def _shown_numbers(page: Any) -> dict[str, int]:
 def _stats_numbers(base: str) -> dict[str, int]:
     status, stats = http("GET", f"{base}/stats")
     assert status == 200
-    numbers = {f"gauge:{s}": stats[s] for s in ("ready", "handed_out", "delayed", "dead")}
+    numbers = {
+        f"gauge:{s}": stats[s] for s in ("ready", "handed_out", "delayed", "dead", "blocked")
+    }
     numbers.update({f"total:{name}": n for name, n in stats["totals"].items()})
     return numbers
 

@@ -124,6 +124,7 @@ def test_max_in_flight__claim_and_ack_churn__never_over_the_cap(
     assert len(set(acked) | {pk for _, pk in theirs}) == len(acked) + len(theirs)
 
 
+@pytest.mark.serial  # counts claims per time window of the rate limit
 def test_rate__concurrent_claimers__within_the_bound_over_every_window(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -159,6 +160,7 @@ def test_rate__concurrent_claimers__within_the_bound_over_every_window(
             assert inside <= rate * span + max(1, rate) + 1, (first - start, span, inside)
 
 
+@pytest.mark.serial  # times the next token of the rate limit
 def test_rate__parked_claimer__gets_its_task_when_the_next_token_comes() -> None:
     queues.update("drip", {"rate_per_s": 2})
     fill("drip", 5)
@@ -187,21 +189,37 @@ def _parked(queues_: list[str], wait_ms: int = 10_000) -> dict[str, Any]:
     return out
 
 
+def _freeing_wakes_a_parked_claimer(name: str, free: str) -> None:
+    """Hold the queue's one claimable task, park a claimer, end the held task by `free`: the
+    claimer gets the next task within 0.5 s."""
+    (held,) = queue.claim([name], 60_000 if free != "reclaim" else 1)
+    parked = _parked([name])
+    start = time.monotonic()
+    if free == "reclaim":
+        assert queue.reclaim_expired() == 1
+    else:
+        settle(held.task.pk, held.lease_id, free)
+    parked["thread"].join(5)
+    assert len(parked["got"]) == 1
+    assert parked["at"] - start < 0.5, parked["at"] - start
+
+
 @pytest.mark.parametrize("free", ["ack", "nack", "cancel", "reclaim"])
 def test_max_in_flight__freed_slot__wakes_a_parked_claimer_at_once(free: str) -> None:
     queues.update("one", {"max_in_flight": 1})
     fill("one", 3)
-    (held,) = queue.claim(["one"], 60_000 if free != "reclaim" else 1)
-    parked = _parked(["one"])
-    start = time.monotonic()
-    pk = held.task.pk
-    if free == "reclaim":
-        assert queue.reclaim_expired() == 1
-    else:
-        settle(pk, held.lease_id, free)
-    parked["thread"].join(5)
-    assert len(parked["got"]) == 1
-    assert parked["at"] - start < 0.5, parked["at"] - start
+    _freeing_wakes_a_parked_claimer("one", free)
+
+
+@pytest.mark.parametrize("setting", ["key_max_in_flight", "ordered"])
+@pytest.mark.parametrize("free", ["ack", "nack", "cancel", "reclaim"])
+def test_key__freed_turn_or_slot__wakes_a_parked_claimer_at_once(setting: str, free: str) -> None:
+    queues.update("keyed", {"key_max_in_flight": 1} if setting != "ordered" else {"ordered": True})
+    # One attempt: a nacked or lapsed task ends (dead); a retrying one would keep its key's turn.
+    queue.enqueue_many(
+        [NewTask(payload=json.dumps(i), queue="keyed", key="k", max_attempts=1) for i in range(3)]
+    )
+    _freeing_wakes_a_parked_claimer("keyed", free)
 
 
 def test_pause__resume__wakes_parked_claimers_at_once() -> None:

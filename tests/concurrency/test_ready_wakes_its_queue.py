@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import gunicorn, http, manage, running
+from tests.procs import gunicorn, http, sweeping
 
 pytestmark = [pytest.mark.postgres]
 
@@ -59,7 +59,7 @@ def test_promote__other_queues_claimer_parked_first__its_own_claimer_woken(
 ) -> None:
     with (
         gunicorn(db_url, tmp_path, "b", WORKERS="1") as b,
-        running(manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")),
+        sweeping(db_url, tmp_path, 50),
     ):
         first, second = {}, {}
         t1 = _park(b, "pr_a", first)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus
 
 from tests import not_allowed_tasks, sample_tasks
-from tests.procs import Proc, gunicorn, manage, running, wait_until
+from tests.procs import Proc, gunicorn, manage, sweeping, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -24,11 +24,14 @@ FINISHED = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
 StartWorker = Callable[..., Proc]
 
 
-@pytest.fixture
-def broker_url(db_url: str, tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def broker_url(live_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One broker and sweeper for the module: each test's workers and tasks are its own, and
+    its teardown empties the tables."""
+    tmp = tmp_path_factory.mktemp("djtasks")
     with (
-        gunicorn(db_url, tmp_path, WORKERS="1") as base,
-        running(manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper")),
+        gunicorn(live_db_url, tmp, WORKERS="1") as base,
+        sweeping(live_db_url, tmp, 50),
     ):
         yield base
 
@@ -143,7 +146,7 @@ def test_task__queue_name__only_a_worker_of_that_queue_runs_it(start_worker: Sta
 
 def test_task__run_after__not_started_before_then(start_worker: StartWorker) -> None:
     start_worker()
-    run_after = timezone.now() + timedelta(seconds=2)
+    run_after = timezone.now() + timedelta(seconds=5)  # past the marker on a slow start
     result = sample_tasks.add.using(run_after=run_after).enqueue(5, 5)
     marker = sample_tasks.add.enqueue(1, 1)
 

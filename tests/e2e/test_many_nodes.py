@@ -103,7 +103,9 @@ def test_three_nodes__workers_on_each__every_task_handed_out_once_and_all_nodes_
             f"{TASKS} acks",
         )
         time.sleep(0.5)  # a duplicate delivery, if there were one, would show up by now
-        per_worker = [_acked_ids(w) for w in workers]
+    # Read once the workers have stopped: a worker logs "acked" after the broker counted the ack,
+    # so on a loaded machine a line could still be on its way while they run.
+    per_worker = [_acked_ids(w) for w in workers]
 
     assert len(set(ids)) == TASKS
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
@@ -121,6 +123,7 @@ def test_three_nodes__workers_on_each__every_task_handed_out_once_and_all_nodes_
     assert metrics[1] == metrics[0] and metrics[2] == metrics[0]
 
 
+@pytest.mark.serial  # asserts latency (wake-ups within 100 ms p99): measured alone
 def test_three_nodes__claim_parked_on_one__woken_by_enqueue_on_another_within_100ms_p99(
     nodes: list[str],
 ) -> None:
@@ -137,7 +140,7 @@ def test_three_nodes__claim_parked_on_one__woken_by_enqueue_on_another_within_10
 
         parked = threading.Thread(target=park)
         parked.start()
-        time.sleep(0.25)  # the claim reaches its node and parks
+        time.sleep(0.1)  # the claim reaches its node and parks (alone: a quiet machine)
         start = time.monotonic()
         status, body = http("POST", f"{enqueue_on}/jobs", {"payload": {"i": i}, "queue": "probe"})
         assert status == 201, body

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import enqueue_batch, gunicorn, http, manage, running, wait_until
+from tests.procs import enqueue_batch, gunicorn, http, manage, running, sweeping, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -91,9 +91,7 @@ def test_prefetch__kill_9_mid_drain__held_tasks_come_back_and_finish(
 ) -> None:
     with (
         gunicorn(db_url, tmp_path, **FAST_RETRY) as base,
-        running(
-            manage(["runsweeper", "--interval-ms", "50"], db_url, tmp_path, "sweeper", **FAST_RETRY)
-        ),
+        sweeping(db_url, tmp_path, 50, **FAST_RETRY),
     ):
         _enqueue_sleeps(base, 40, 0.05)
         doomed = _worker(base, db_url, tmp_path, "doomed", "--lease-ms", "1500")

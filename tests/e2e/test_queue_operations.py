@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from tests.procs import enqueue_batch, gunicorn, http, manage, running, two_brokers, wait_until
+from tests.procs import (
+    enqueue_batch,
+    gunicorn,
+    http,
+    manage,
+    sweeping,
+    two_brokers,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -77,11 +85,12 @@ def test_schedule__two_sweepers__one_task_per_due_time(db_url: str, tmp_path: Pa
         )  # fmt: skip
         assert status == 201, body
         first_due = datetime.fromisoformat(body["next_run_at"].replace("Z", "+00:00"))
-        sweepers = [
-            manage(["runsweeper", "--interval-ms", "20"], db_url, tmp_path, f"sweeper{i}")
-            for i in range(2)
-        ]
-        with running(sweepers[0]), running(sweepers[1]):
+        # Both sweeping before the 5.5 s start: a loaded machine takes seconds to boot them.
+        with (
+            sweeping(db_url, tmp_path, 20, "sweeper0") as first,
+            sweeping(db_url, tmp_path, 20, "sweeper1") as second,
+        ):
+            sweepers = [first, second]
             time.sleep(5.5)
         _, listed = http("GET", f"{base}/jobs?queue=ticks&limit=100")
         created = [

@@ -15,28 +15,22 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from django.db import connection
 
-from tests.procs import gunicorn, http, manage, running, wait_until
+from tests.procs import gunicorn, http, sweeping, wait_until
 
 # Transactional: the test database exists for the module's broker, and is emptied after each test.
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-def _database_url() -> str:
-    s = connection.settings_dict
-    return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or '5432'}/{s['NAME']}"
-
-
 @pytest.fixture(scope="module")
-def broker(django_db_setup, tmp_path_factory) -> Iterator[str]:
+def broker(live_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One broker (gunicorn, 2 processes) and a fast sweeper for the module; each test uses its
     own queues."""
     tmp = tmp_path_factory.mktemp("sqs")
-    url = _database_url()
+    url = live_db_url
     with (
         gunicorn(url, tmp) as base,
-        running(manage(["runsweeper", "--interval-ms", "50"], url, tmp, "sweeper")),
+        sweeping(url, tmp, 50),
     ):
         yield base
 
@@ -374,8 +368,9 @@ def test_bad_input__sqs_error_codes_as_boto3_surfaces_them(loose: Any) -> None:
          "InvalidAttributeName"),
         (loose.set_queue_attributes, {"QueueUrl": url, "Attributes": {"DelaySeconds": "901"}},
          "InvalidAttributeValue"),
-        (loose.create_queue, {"QueueName": "jobs.fifo", "Attributes": {"FifoQueue": "true"}},
-         "AWS.SimpleQueueService.UnsupportedOperation"),
+        (loose.create_queue, {"QueueName": "jobs.fifo"}, "InvalidParameterValue"),
+        (loose.create_queue, {"QueueName": "jobs", "Attributes": {"FifoQueue": "true"}},
+         "InvalidParameterValue"),
         (loose.create_queue, {"QueueName": "bad name"}, "InvalidParameterValue"),
         (loose.tag_queue, {"QueueUrl": url, "Tags": {"a": "b"}},
          "AWS.SimpleQueueService.UnsupportedOperation"),
@@ -416,9 +411,11 @@ def test_interop__native_and_sqs_settle_each_others_messages(sqs: Any, broker: s
     )
 
 
-def test_signatures__tokens_on__only_listed_keys_signing_right(broker: str, tmp_path: Path) -> None:
+def test_signatures__tokens_on__only_listed_keys_signing_right(
+    broker: str, live_db_url: str, tmp_path: Path
+) -> None:
     env = {"BROKER_API_TOKENS": "tok", "BROKER_SQS_CREDENTIALS": "AKIDGOOD:s3cret,AKIDTWO:other"}
-    with gunicorn(_database_url(), tmp_path, "signed", WORKERS="1", **env) as base:
+    with gunicorn(live_db_url, tmp_path, "signed", WORKERS="1", **env) as base:
         good = client(base, key="AKIDGOOD", secret="s3cret")
         url = good.create_queue(QueueName="signed")["QueueUrl"]
         good.send_message(QueueUrl=url, MessageBody="signed")

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from tests.conftest import SAMPLE_TYPES
 from tests.procs import gunicorn, http, manage, running
-from workers.management.commands.submit import table, wait_for
+from workers.management.commands.submit import progress_line, table, wait_for
 
 
 def listed(*args: str) -> str:
@@ -134,6 +134,21 @@ def test_wait_for__polls_unfinished_until_all_finish() -> None:
     assert seen_progress == [(1, 2), (2, 2)]
 
 
+def test_wait_for__new_progress_reports__each_told_once() -> None:
+    half = {"fraction": 0.5, "message": "row 5 of 10"}
+    reports = iter([None, half, dict(half), {"fraction": 1, "message": None}])
+    states = iter(["ready", "handed_out", "handed_out", "done"])
+    told: list[str] = []
+
+    def fetch(task_id: str) -> dict:
+        return {"id": task_id, "type": "batch_import", "state": next(states),
+                "progress": next(reports)}  # fmt: skip
+
+    wait_for(fetch, ["7"], timeout_s=5, interval_s=0.001, reported=lambda t: told.append(
+        progress_line(t)))  # fmt: skip
+    assert told == ["batch_import: 50% row 5 of 10", "batch_import: 100%"]
+
+
 def test_wait_for__timeout__returns_unfinished() -> None:
     tasks, finished = wait_for(
         lambda i: {"id": i, "state": "ready"}, ["1"], timeout_s=0.05, interval_s=0.01
@@ -224,6 +239,8 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
     assert outcomes["fail_job"] == ("dead", "failing on purpose")
     assert outcomes["http_fetch"] == ("done", '{"response_status":200}')
     assert outcomes["sleep_job"] == ("done", '{"slept_seconds":0.5}')
+    assert outcomes["batch_import"] == ("done", '{"rows":60,"resumed_at_row":0,"attempt":1}')
+    assert re.search(r"batch_import: \d+% row \d+ of 60", output), output  # as it went
     assert outcomes["data_transform"] == ("done", '{"NAME":"Ada Lovelace","BORN":1815}')
     assert outcomes["send_email"][0] == "done"
     assert outcomes["send_email"][1].startswith('{"sent_to":"ada@example.com"')
@@ -233,6 +250,19 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
     )
     assert all(rows[name][1] == "normal" for name in SAMPLE_TYPES)
     assert "submitted sleep_job:" in output
+    # The sample workflow: a diamond whose steps read what the steps before them returned.
+    assert re.search(r"^workflow \d+ \(sample-diamond\): succeeded$", output, re.M), output
+    steps = {
+        line.split()[0]: line.split(maxsplit=4)
+        for line in output[output.index("sample-diamond):") :].splitlines()[2:6]
+    }
+    assert list(steps) == ["extract", "left", "right", "load"]
+    assert [steps[ref][2:4] for ref in steps] == [
+        ["-", "done"], ["extract", "done"], ["extract", "done"], ["left,right", "done"],
+    ]  # fmt: skip
+    # Results are cut to a line: load's starts with left's, left's with extract's.
+    assert steps["load"][4].startswith(f'{{"label":"load","inputs":{{"{steps["left"][1]}":')
+    assert steps["left"][4].startswith(f'{{"label":"left","inputs":{{"{steps["extract"][1]}":')
     assert (status, early_task["state"], early_task["result"]) == (
         200,
         "done",
@@ -271,3 +301,17 @@ def test_submit_e2e__refused_payload__exit_1_naming_the_field(db_url: str, tmp_p
     assert "refused image_resize: 400" in output
     assert "payload.width" in output
     assert "refused by the broker: image_resize" in output
+
+
+@pytest.mark.e2e
+@pytest.mark.postgres
+def test_submit_e2e__default_setup__loopback_fetch_sample_skipped_saying_how_exit_0(
+    db_url: str, tmp_path: Path
+) -> None:
+    # The broker as `make run` starts it: BROKER_FETCH_ALLOWED_NETWORKS unset.
+    code, output = _submit_without_worker(db_url, tmp_path, "--type", "http_fetch", "--no-poll")
+    assert code == 0, output
+    assert "skipped http_fetch:" in output
+    assert "BROKER_FETCH_ALLOWED_NETWORKS=127.0.0.0/8 for broker and worker" in output
+    assert "refused" not in output.replace("refuses", "")
+    assert "submitted" not in output and "ID " not in output  # nothing enqueued, no table

@@ -20,6 +20,25 @@ from tests.procs import VENV_BIN, Proc, child_env, free_port, http, manage, wait
 LEASE_EXPIRED = "lease expired"
 
 
+class Claim(threading.Thread):
+    """One GET /jobs/next, answered (or not) in the background."""
+
+    def __init__(self, base: str, queue: str, wait_ms: int) -> None:
+        super().__init__(daemon=True)
+        self.url = f"{base}/jobs/next?queue={queue}&wait_ms={wait_ms}"
+        self.status: int | None = None
+        self.body: Any = None  # the answer's JSON; or what went wrong, when no answer came
+        self.answered_at = 0.0
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.status, self.body = http("GET", self.url, timeout=60)
+        except (OSError, HTTPException, ValueError) as exc:
+            self.body = repr(exc)
+        self.answered_at = time.monotonic()
+
+
 class Broker:
     """gunicorn (gunicorn.conf.py) that can be killed and started again on the same port."""
 
@@ -152,10 +171,6 @@ def workers(
         )
         for i in range(first, first + n)
     ]
-
-
-def sweeper(db_url: str, tmp: Path, name: str = "sweeper", interval_ms: int = 100) -> Proc:
-    return manage(["runsweeper", "--interval-ms", str(interval_ms)], db_url, tmp, name)
 
 
 def log_lines(log: Path) -> Counter[str]:

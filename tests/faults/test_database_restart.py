@@ -25,10 +25,11 @@ import pytest
 from django.db import DatabaseError, connection
 
 from broker.states import State
-from tests.faults.harness import Broker, Producers, audit, settled, sweeper, workers
-from tests.procs import Proc, http, running, wait_until
+from tests.faults.harness import Broker, Producers, audit, settled, workers
+from tests.procs import Proc, http, running, sweeper, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
+# serial: it stops and starts the PostgreSQL server every other test uses
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow, pytest.mark.serial]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 OUTAGE_S = 3.0

@@ -16,9 +16,10 @@ from broker.models import Task, TaskError
 from broker.queue import NewTask
 from broker.states import State
 from tests.faults.harness import LEASE_EXPIRED
-from tests.procs import Proc, manage, running, wait_until
+from tests.procs import Proc, running, sweeper, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+# serial: it freezes a sweeper mid-batch by timing (SIGSTOP), which a loaded machine upsets
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow, pytest.mark.serial]
 log = logging.getLogger(__name__)
 
 N = 6000
@@ -27,18 +28,19 @@ LEASE_MS = 1000
 
 def _sweeper(db_url: str, tmp: Path, name: str) -> Proc:
     # PGAPPNAME names the sweeper's database session, so the test can see it in pg_stat_activity.
-    return manage(["runsweeper", "--interval-ms", "20"], db_url, tmp, name, PGAPPNAME=name)
+    return sweeper(db_url, tmp, name, 20, PGAPPNAME=name)
 
 
 def _in_transaction(name: str) -> bool:
     """Whether a database session of process `name` is inside a transaction, between statements.
 
-    Any of its sessions: its connection pool keeps more than one open.
+    Any of its sessions (its connection pool keeps more than one open), in this test's database.
     """
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = %s AND state = 'idle in transaction'",
+            " WHERE application_name = %s AND state = 'idle in transaction'"
+            " AND datname = current_database()",  # not another test run's sweeper of that name
             [name],
         )
         return cursor.fetchone()[0] > 0

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from broker.states import State
-from tests.faults.harness import Broker, Producers, audit, settled, sweeper, workers
-from tests.procs import Proc, running, wait_until
+from tests.faults.harness import Broker, Producers, audit, settled, workers
+from tests.procs import Proc, running, sweeper, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+# Kills under load, long: make test-slow runs them.
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
 log = logging.getLogger(__name__)
 
 

@@ -21,9 +21,11 @@ CONTRACT: dict[tuple[str, str], set[str]] = {
     ("post", "/jobs/{task_id}/ack"): {"204", "400", "404", "409"},
     ("post", "/jobs/{task_id}/nack"): {"204", "400", "404", "409"},
     ("post", "/jobs/{task_id}/extend"): {"200", "400", "404", "409"},
+    ("post", "/jobs/{task_id}/progress"): {"200", "400", "404", "409"},
     ("get", "/jobs/{task_id}"): {"200", "404"},
     ("delete", "/jobs/{task_id}"): {"204", "404", "409"},
     ("get", "/stats"): {"200"},
+    ("get", "/stats/history"): {"200", "400"},
     ("get", "/dlq"): {"200", "400"},
     ("post", "/dlq/{task_id}/requeue"): {"204", "404"},
     ("get", "/healthz"): {"200", "503"},
@@ -40,6 +42,10 @@ CONTRACT: dict[tuple[str, str], set[str]] = {
     ("get", "/schedules/{name}"): {"200", "404"},
     ("patch", "/schedules/{name}"): {"200", "400", "404"},
     ("delete", "/schedules/{name}"): {"204", "404"},
+    ("post", "/workflows"): {"201", "400"},
+    ("get", "/workflows"): {"200", "400"},
+    ("get", "/workflows/{workflow_id}"): {"200", "404"},
+    ("delete", "/workflows/{workflow_id}"): {"204", "404", "409"},
 }
 
 

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.timeout(240)]
 TOKEN = "fuzz-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_EXAMPLES = 30
-BUDGET_S = 150  # the whole run, both passes; a run past it fails rather than hangs CI
+BUDGET_S = 150  # a whole test, both passes; a run past it fails rather than hangs CI
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -115,8 +115,13 @@ def _operations(schema: Any) -> list[Any]:
     return [result.ok() for result in schema.get_all_operations()]
 
 
+SHARDS = 4  # the operations dealt round-robin over this many tests, which xdist runs at once
+
+
+@pytest.mark.slow  # every operation, both modes: minutes of CPU (make test-slow)
+@pytest.mark.parametrize("shard", range(SHARDS))
 def test_fuzz__every_operation__no_5xx_and_every_answer_in_the_schema(
-    broker: str, session: requests.Session
+    broker: str, session: requests.Session, shard: int
 ) -> None:
     started = time.monotonic()
     schema = _load_schema(broker)
@@ -128,7 +133,7 @@ def test_fuzz__every_operation__no_5xx_and_every_answer_in_the_schema(
 
     operations = _operations(schema)
     assert len(operations) >= 17, [op.label for op in operations]
-    for operation in operations:
+    for operation in operations[shard::SHARDS]:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             _fuzz(operation, mode, call, failures)
     assert not failures, "\n\n".join(failures)

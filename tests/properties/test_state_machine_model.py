@@ -82,7 +82,9 @@ class TaskMachine(RuleBasedStateMachine):
         self.counters["retried" if retry else "buried"] += 1
         t.state = State.DELAYED if retry else State.DEAD
         t.old_leases.append(t.lease or "")
-        t.lease = None
+        # A lapsed lease that is retried stays on the task (SQS's DeleteMessage: ack_lapsed).
+        if not (reclaimed and retry):
+            t.lease = None
         t.errors += 1
 
     def _new(self, pk: int, spec: NewTask) -> None:
@@ -223,6 +225,19 @@ class TaskMachine(RuleBasedStateMachine):
             t.old_leases.append(t.lease)
         t.state, t.lease = State.CANCELLED, None
         self.counters["cancelled"] += 1
+
+    @precondition(lambda self: self.tasks)
+    @rule(data=st.data())
+    def ack_lapsed(self, data: st.DataObject) -> None:
+        """The latest lease of a task reclaimed and not claimed since acks it; any other not."""
+        pk = data.draw(st.sampled_from(sorted(self.tasks)))
+        t = self.tasks[pk]
+        lapsed = t.state in (State.READY, State.DELAYED) and t.lease is not None
+        lease = t.lease if lapsed else data.draw(st.sampled_from([*t.old_leases, "x" * 32]))
+        assert queue.ack_lapsed([(pk, lease or "")]) == [lapsed]
+        if lapsed:
+            t.state, t.lease = State.DONE, None
+            self.counters["acked"] += 1
 
     @precondition(lambda self: any(t.old_leases for t in self.tasks.values()))
     @rule(data=st.data(), verb=st.sampled_from(["ack", "nack", "extend"]))

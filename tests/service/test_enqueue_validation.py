@@ -31,6 +31,10 @@ pytestmark = pytest.mark.django_db
         ({"delay_ms": 7 * 24 * 3600 * 1000 + 1}, "delay_ms"),
         ({"type": "no_such_type"}, "type"),
         ({"idempotency_key": "k" * 256}, "idempotency_key"),
+        ({"key": ""}, "key"),
+        ({"key": "k" * 129}, "key"),
+        ({"key": "a\x00b"}, "key"),
+        ({"key": 7}, "key"),
     ],
 )
 def test_enqueue__bad_argument__invalid_task_error_naming_it(

@@ -31,10 +31,11 @@ def test_release__held__ready_at_once_counted_reclaimed_retried(
     d = claim_one()
     queue.release(pk, lease_id=d.lease_id)
     task = Task.objects.get(pk=pk)
+    # The released lease's id stays: its receipt handle still deletes the message (ack_lapsed).
     assert (task.state, task.attempts, task.lease_id, task.last_error) == (
         State.READY,
         1,
-        None,
+        d.lease_id,
         RELEASED,
     )
     assert task.available_at <= clock.now()

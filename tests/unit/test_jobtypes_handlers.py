@@ -37,6 +37,38 @@ def test_sleep_job__default_is_3_seconds(monkeypatch: pytest.MonkeyPatch) -> Non
     assert slept == [3]
 
 
+# -- batch_import: resumable -------------------------------------------------------------------
+
+
+def test_batch_import__first_attempt__all_rows_checkpoints_and_progress() -> None:
+    from workers.job import Job
+
+    job = Job.bare({"rows": 25, "row_ms": 0, "checkpoint_every": 10})
+    result = REGISTRY["batch_import"].handler(job.payload, job)
+    assert result == {"rows": 25, "resumed_at_row": 0, "attempt": 1}
+    assert job.checkpoint == {"next_row": 25}
+    assert job.last_report == {
+        "checkpoint": {"next_row": 25}, "fraction": 1.0, "message": "row 25 of 25",
+    }  # fmt: skip
+
+
+def test_batch_import__delivered_with_a_checkpoint__resumes_there(monkeypatch) -> None:
+    from workers.job import Job
+
+    slept: list[float] = []
+    monkeypatch.setattr("workers.jobtypes.batch_import.time.sleep", slept.append)
+    job = Job.bare({"rows": 100, "row_ms": 5}, checkpoint={"next_row": 90})
+    result = REGISTRY["batch_import"].handler(job.payload, job)
+    assert result["resumed_at_row"] == 90
+    assert slept == [0.005] * 10  # only the ten rows left
+
+
+def test_batch_import__called_without_a_job__runs_from_the_start() -> None:
+    assert run("batch_import", {"rows": 3, "row_ms": 0}) == {
+        "rows": 3, "resumed_at_row": 0, "attempt": 1,
+    }  # fmt: skip
+
+
 # -- http_fetch: a local server only ------------------------------------------------------------
 
 
@@ -222,7 +254,16 @@ def test_fail_job__always_raises() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["sleep_job", "http_fetch", "data_transform", "image_resize", "send_email", "fail_job"]
+    "name",
+    [
+        "sleep_job",
+        "http_fetch",
+        "data_transform",
+        "image_resize",
+        "send_email",
+        "fail_job",
+        "batch_import",
+    ],
 )
 def test_handler__payload_not_an_object__invalid_payload_error(name: str) -> None:
     with pytest.raises(InvalidPayloadError, match=f"payload: The {name} payload must be"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,20 +17,33 @@ KEY, SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 BODY = b'{"QueueName": "q"}'
 
 
-def test_verify__aws_get_vanilla_vector__accepted() -> None:
-    # AWS's SigV4 test suite, "get-vanilla": the signature AWS published for this request.
-    signature = "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+def test_signature__aws_get_vanilla_vector__the_published_signature() -> None:
+    # AWS's SigV4 test suite, "get-vanilla": the signature AWS published for this request (its
+    # scope names the service "service", which verify() refuses: the scope must name sqs).
     request = RequestFactory().get(
-        "/",
-        HTTP_HOST="example.amazonaws.com",
-        HTTP_X_AMZ_DATE="20150830T123600Z",
-        HTTP_AUTHORIZATION=(
-            f"AWS4-HMAC-SHA256 Credential={KEY}/20150830/us-east-1/service/aws4_request, "
-            f"SignedHeaders=host;x-amz-date, Signature={signature}"
-        ),
+        "/", HTTP_HOST="example.amazonaws.com", HTTP_X_AMZ_DATE="20150830T123600Z"
     )
-    at = datetime(2015, 8, 30, 12, 36, tzinfo=UTC)
-    assert sigv4.verify(request, b"", {KEY: SECRET}, at) == KEY
+    got = sigv4.signature(
+        request, ["host", "x-amz-date"], hashlib.sha256(b"").hexdigest(), SECRET,
+        "20150830T123600Z", ("20150830", "us-east-1", "service"),
+    )  # fmt: skip
+    assert got == "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+
+
+@pytest.mark.parametrize(
+    ("service", "region"),
+    [("s3", "eu-west-3"), ("iam", "us-east-1"), ("service", "us-east-1"), ("SQS", "mars-1")],
+)
+def test_verify__signed_for_another_service__signature_does_not_match(
+    service: str, region: str
+) -> None:
+    request = _request(_signed(service=service, region=region))
+    with pytest.raises(errors.SignatureDoesNotMatch, match="scoped to correct service: 'sqs'"):
+        sigv4.verify(request, BODY, {KEY: SECRET}, _now())
+
+
+def test_verify__sqs_in_any_region__accepted() -> None:
+    assert sigv4.verify(_request(_signed(region="mars-1")), BODY, {KEY: SECRET}, _now()) == KEY
 
 
 def _signed(
@@ -38,15 +52,17 @@ def _signed(
     url: str = "http://127.0.0.1:8080/sqs",
     at: datetime | None = None,
     body: bytes = BODY,
+    service: str = "sqs",
+    region: str = "eu-west-3",
 ) -> dict[str, str]:
-    """The headers botocore's own SigV4 signer puts on an SQS request."""
+    """The headers botocore's own SigV4 signer puts on a request (SQS's by default)."""
     request = AWSRequest(
         method="POST",
         url=url,
         data=body,
         headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.X"},
     )
-    signer = SigV4Auth(Credentials(key, secret), "sqs", "eu-west-3")
+    signer = SigV4Auth(Credentials(key, secret), service, region)
     if at is not None:
         import botocore.auth
 

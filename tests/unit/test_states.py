@@ -17,8 +17,10 @@ from broker.states import (
 from tests.conftest import COUNTER_NAMES
 
 
-def test_states__exactly_the_six_of_the_contract() -> None:
-    assert set(State.values) == {"ready", "handed_out", "delayed", "dead", "done", "cancelled"}
+def test_states__exactly_the_seven_of_the_contract() -> None:
+    assert set(State.values) == {
+        "blocked", "ready", "handed_out", "delayed", "dead", "done", "cancelled",
+    }  # fmt: skip
     assert set(GAUGE_STATES) | set(FINISHED_STATES) == set(State)
     assert not set(GAUGE_STATES) & set(FINISHED_STATES)
 
@@ -54,7 +56,10 @@ def test_transition__keeps_nacked_plus_reclaimed_equal_retried_plus_buried(event
         ("reclaim_bury", {"handed_out"}, "dead"),
         ("promote", {"delayed"}, "ready"),
         ("requeue", {"dead"}, "ready"),
-        ("cancel", {"ready", "delayed", "handed_out"}, "cancelled"),
+        ("cancel", {"ready", "delayed", "handed_out", "blocked"}, "cancelled"),
+        ("enqueue_blocked", set(), "blocked"),
+        ("unblock", {"blocked"}, "ready"),
+        ("unblock_delayed", {"blocked"}, "delayed"),
     ],
 )
 def test_transition__matches_the_contract_diagram(

@@ -71,15 +71,17 @@ def test_batch_runner__claimed_tasks__all_heartbeaten_while_waiting_their_turn(
 def test_batch_runner__failures_and_bad_results__one_nack_batch(
     fake_broker: FakeBroker, batch_runner: Callable[..., Runner], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register(monkeypatch, "boom", Job(result=ValueError("boom")))
+    # t2 runs once t1's ack is in flight, which stays open until all three have run.
+    register(monkeypatch, "boom", Job(result=ValueError("boom"), after=fake_broker.first_settle))
     register(monkeypatch, "nan", Job(result=math.nan))
-    fake_broker.slow_acks_s = 0.3  # the first ack in flight lets the rest pile up
+    fake_broker.settle_gate = gate = threading.Event()
     fake_broker.add("t1", {"line": "hello 1"})
     fake_broker.add("t2", {}, type_="boom")
     fake_broker.add("t3", {}, type_="nan")
     runner = batch_runner()
 
     runner.tick_batch()
+    gate.set()
     runner.close()
 
     assert [t for t, _, _ in fake_broker.acks] == ["t1"]
@@ -92,8 +94,9 @@ def test_batch_runner__failures_and_bad_results__one_nack_batch(
 def test_batch_runner__acks_in_flight__later_ones_coalesce(
     fake_broker: FakeBroker, batch_runner: Callable[..., Runner], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register(monkeypatch, "pause", Job(seconds=0.1))  # t1's ack is on its way meanwhile
-    fake_broker.slow_acks_s = 0.5
+    # t2 runs once t1's ack is in flight, which stays open until all five have run.
+    register(monkeypatch, "pause", Job(after=fake_broker.first_settle))
+    fake_broker.settle_gate = gate = threading.Event()
     fake_broker.add("t1", {"line": "hello 1"})
     fake_broker.add("t2", {}, type_="pause")
     for n in range(3, 6):
@@ -101,6 +104,7 @@ def test_batch_runner__acks_in_flight__later_ones_coalesce(
     runner = batch_runner()
 
     assert runner.tick_batch() == 5
+    gate.set()
     runner.close()
 
     assert fake_broker.ack_batches == [["t1"], ["t2", "t3", "t4", "t5"]]
@@ -205,12 +209,12 @@ def test_client__nack_many__errors_cut_to_limit(
     assert (item["id"], item["lease_id"], len(item["error"])) == ("t1", "l1", 8000)
 
 
-def test_client__ack_many_503_past_first_lease__gives_up_at_its_end(
+def test_client__ack_many_502_past_first_lease__gives_up_at_its_end(
     http_broker: FakeServer, make_client: MakeClient
 ) -> None:
     got = [delivery("t1", None), delivery("t2", None)]
     http_broker.script("POST", "/jobs/claim", Reply(200, {"deliveries": got}))
-    http_broker.default("POST", "/jobs/ack", Reply(503))
+    http_broker.default("POST", "/jobs/ack", Reply(502))  # a 503 would push past the lease
     client = make_client(http_broker.url, give_up_s=60.0)
     client.claim_many(2, 0, 400)
     started = time.monotonic()
@@ -223,14 +227,16 @@ def test_client__ack_many_503_past_first_lease__gives_up_at_its_end(
 def test_client__enqueue_many__jobs_in_body_status_and_ids(
     http_broker: FakeServer, make_client: MakeClient
 ) -> None:
-    http_broker.script("POST", "/jobs/batch", Reply(201, {"ids": ["1", "2"]}))
+    http_broker.script("POST", "/jobs/batch", Reply(503), Reply(201, {"ids": ["1", "2"]}))
+    bodies = [{"payload": 1, "idempotency_key": "mine"}, {"payload": 2}]
 
-    answer = make_client(http_broker.url).enqueue_many([{"payload": 1}, {"payload": 2}])
+    answer = make_client(http_broker.url).enqueue_many(bodies)
 
     assert answer == (201, {"ids": ["1", "2"]})
-    assert http_broker.requests_to("POST", "/jobs/batch")[0].body == {
-        "jobs": [{"payload": 1}, {"payload": 2}]
-    }
+    first, retry = (s.body["jobs"] for s in http_broker.requests_to("POST", "/jobs/batch"))
+    assert first == retry  # the retry repeats every key: a batch that committed answers its ids
+    assert first[0] == {"payload": 1, "idempotency_key": "mine"}
+    assert first[1]["payload"] == 2 and len(first[1]["idempotency_key"]) == 32
 
 
 # -- produce --batch and runworker --batch ------------------------------------------------------

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -178,18 +179,57 @@ def test_client__ack_503_then_204__retried_until_accepted(
     assert len(http_broker.requests_to("POST", "/jobs/t1/ack")) == 3
 
 
-def test_client__ack_503_past_lease__gives_up_at_lease_end(
+def test_client__ack_502_past_lease__gives_up_at_lease_end(
     http_broker: FakeServer, make_client: MakeClient
 ) -> None:
     http_broker.script("GET", "/jobs/next", Reply(200, delivery("t1", None)))
-    http_broker.default("POST", "/jobs/t1/ack", Reply(503))
-    client = make_client(http_broker.url, give_up_s=60.0)
+    http_broker.default("POST", "/jobs/t1/ack", Reply(502))  # a proxy's, not the broker's 503
+    client = make_client(http_broker.url, give_up_s=60.0, outage_grace_s=60.0)
     client.claim(0, 400)  # the lease, not give_up_s, bounds the retries
     started = time.monotonic()
 
     assert client.ack("t1", "lease-t1") is False
     assert 0.2 < time.monotonic() - started < 2.0
     assert len(http_broker.requests_to("POST", "/jobs/t1/ack")) > 2
+
+
+def _handed_out_late(http_broker: FakeServer, after_s: float, lease_ms: int) -> None:
+    """A long-poll claim answered after_s after it was sent, its lease starting then: the
+    deadline says so (the broker's wall clock, here the same as ours)."""
+
+    def answer(seen: Any) -> Reply | None:
+        if seen.path != "/jobs/next":
+            return None
+        time.sleep(after_s)
+        got = delivery("t1", None)
+        got["deadline"] = (datetime.now(UTC) + timedelta(milliseconds=lease_ms)).isoformat()
+        return Reply(200, got)
+
+    http_broker.responder = answer
+
+
+@pytest.mark.parametrize(
+    ("verb", "path", "ok"),
+    [
+        ("ack", "/jobs/t1/ack", Reply(204)),
+        ("extend", "/jobs/t1/extend", Reply(200, {"deadline": "2026-01-01T00:00:00.000Z"})),
+    ],
+)
+def test_client__long_poll_lease_starts_late__one_503_past_send_plus_lease__retried(
+    http_broker: FakeServer, make_client: MakeClient, verb: str, path: str, ok: Reply
+) -> None:
+    # Claim waits, the task turns up 0.8 s in, lease 1 s: the lease ends 1.8 s after the send.
+    _handed_out_late(http_broker, 0.8, 1000)
+    http_broker.script("POST", path, Reply(503), ok)
+    client = make_client(http_broker.url, backoff_base_s=0.2, backoff_cap_s=0.2)
+    sent = time.monotonic()
+    assert client.claim(5000, 1000) is not None
+    time.sleep(max(0.0, sent + 1.15 - time.monotonic()))  # past "sent + lease", inside the lease
+
+    done = client.ack("t1", "lease-t1") if verb == "ack" else client.extend("t1", "lease-t1", 1000)
+
+    assert done is True
+    assert len(http_broker.requests_to("POST", path)) == 2
 
 
 def test_client__extend__sends_lease_ms(http_broker: FakeServer, make_client: MakeClient) -> None:
@@ -209,12 +249,87 @@ def test_client__extend_409__false(http_broker: FakeServer, make_client: MakeCli
     assert client.extend("t1", "l1", 5000) is False
 
 
-def test_client__enqueue__status_and_json(http_broker: FakeServer, make_client: MakeClient) -> None:
-    http_broker.script("POST", "/jobs", Reply(503), Reply(201, {"id": "t9"}))
+def test_client__progress__report_as_body_lease_ms_in_query(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.default("POST", "/jobs/t1/progress", Reply(200, {"deadline": "x"}))
     client = make_client(http_broker.url)
 
-    assert client.enqueue({"payload": 1}) == (201, {"id": "t9"})
-    assert [s.body for s in http_broker.requests_to("POST", "/jobs")] == [{"payload": 1}] * 2
+    assert client.progress("t1", "l1", {"fraction": 0.5, "checkpoint": [1]}, 5000) is True
+    assert client.progress("t1", "l1", {"message": "m"}) is True
+
+    first, second = http_broker.requests_to("POST", "/jobs/t1/progress")
+    assert (first.query, first.body) == (
+        {"lease_id": ["l1"], "lease_ms": ["5000"]}, {"fraction": 0.5, "checkpoint": [1]},
+    )  # fmt: skip
+    assert (second.query, second.body) == ({"lease_id": ["l1"]}, {"message": "m"})
+
+
+@pytest.mark.parametrize("status", [404, 409])
+def test_client__progress_lease_lost__false(
+    http_broker: FakeServer, make_client: MakeClient, status: int
+) -> None:
+    http_broker.script("POST", "/jobs/t1/progress", Reply(status, {"error": "No."}))
+    assert make_client(http_broker.url).progress("t1", "l1", {"fraction": 1}, 5000) is False
+
+
+def test_client__progress_refused__lease_still_extended(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("POST", "/jobs/t1/progress", Reply(400, {"error": "Invalid message."}))
+    http_broker.script("POST", "/jobs/t1/extend", Reply(200, {"deadline": "x"}))
+    client = make_client(http_broker.url)
+
+    assert client.progress("t1", "l1", {"message": "m"}, 5000) is True
+
+    (extend,) = http_broker.requests_to("POST", "/jobs/t1/extend")
+    assert extend.query == {"lease_id": ["l1"], "lease_ms": ["5000"]}
+
+
+def test_client__enqueue__status_and_json(http_broker: FakeServer, make_client: MakeClient) -> None:
+    http_broker.script("POST", "/jobs", Reply(201, {"id": "t9"}))
+    client = make_client(http_broker.url)
+
+    assert client.enqueue({"payload": 1, "idempotency_key": "k1"}) == (201, {"id": "t9"})
+    (seen,) = http_broker.requests_to("POST", "/jobs")
+    assert seen.body == {"payload": 1, "idempotency_key": "k1"}  # a key given is sent as is
+
+
+def test_client__enqueue_with_a_task_key__sent_as_is_beside_an_idempotency_key(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    http_broker.script("POST", "/jobs", Reply(201, {"id": "t9"}))
+    http_broker.script("POST", "/jobs/batch", Reply(201, {"ids": ["t10", "t11"]}))
+    client = make_client(http_broker.url)
+
+    client.enqueue({"payload": 1, "key": "tenant-acme"})
+    client.enqueue_many([{"payload": 2, "key": "tenant-acme"}, {"payload": 3, "key": None}])
+
+    (one,) = http_broker.requests_to("POST", "/jobs")
+    (batch,) = http_broker.requests_to("POST", "/jobs/batch")
+    bodies = [one.body, *batch.body["jobs"]]
+    assert [b["key"] for b in bodies] == ["tenant-acme", "tenant-acme", None]
+    # The task's key groups tasks; the idempotency key, one per task, makes retries harmless.
+    assert len({b["idempotency_key"] for b in bodies}) == 3
+
+
+@pytest.mark.parametrize("given", [{}, {"idempotency_key": None}])
+def test_client__enqueue_503_then_200__retried_under_one_key_of_its_own(
+    http_broker: FakeServer, make_client: MakeClient, given: dict[str, Any]
+) -> None:
+    # The 503 hid a commit (the database went away as it answered): the retry finds the key.
+    http_broker.script("POST", "/jobs", Reply(503), Reply(200, {"id": "t9"}))
+    client = make_client(http_broker.url)
+
+    assert client.enqueue({"payload": 1, **given}) == (200, {"id": "t9"})
+    first, second = (s.body for s in http_broker.requests_to("POST", "/jobs"))
+    assert first == second
+    assert first["payload"] == 1 and len(first["idempotency_key"]) == 32
+    client.enqueue({"payload": 1})
+    assert (
+        http_broker.requests_to("POST", "/jobs")[2].body["idempotency_key"]
+        != first["idempotency_key"]
+    )
 
 
 def test_client__enqueue_400__returned_not_retried(
@@ -294,7 +409,7 @@ def test_client__extend__moves_the_ack_retry_window(
 ) -> None:
     http_broker.script("GET", "/jobs/next", Reply(200, delivery("t1", None)))
     http_broker.script("POST", "/jobs/t1/extend", Reply(200, {"deadline": "x"}))
-    http_broker.default("POST", "/jobs/t1/ack", Reply(503))
+    http_broker.default("POST", "/jobs/t1/ack", Reply(502))  # a 503 would push past the lease
     client = make_client(http_broker.url, give_up_s=60.0)
     client.claim(0, 100)
     client.extend("t1", "lease-t1", 1000)
@@ -302,3 +417,15 @@ def test_client__extend__moves_the_ack_retry_window(
 
     assert client.ack("t1", "lease-t1") is False
     assert 0.7 < time.monotonic() - started < 2.0
+
+
+def test_client__submit_workflow__posts_name_and_steps(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    answer = {"id": "7", "tasks": {"a": "1", "b": "2"}}
+    http_broker.script("POST", "/workflows", Reply(503), Reply(201, answer))
+    steps = [{"ref": "a", "job": {"payload": 1}}, {"ref": "b", "job": {"payload": 2},
+                                                   "after": ["a"]}]  # fmt: skip
+
+    assert make_client(http_broker.url).submit_workflow("etl", steps) == (201, answer)
+    assert http_broker.requests_to("POST", "/workflows")[-1].body == {"name": "etl", "steps": steps}

@@ -158,3 +158,42 @@ def test_produce_command__stderr_is_terminal__progress_bar(
 
     assert err.getvalue().startswith("\r[")
     assert err.getvalue().endswith(f"\r{producer.progress_bar(5, 5)}\n")
+
+
+def test_produce_command__key__every_body_carries_it_one_by_one_and_batched(
+    http_broker: FakeServer, workers_logger: object
+) -> None:
+    http_broker.default("POST", "/jobs", Reply(201, {"id": "x"}))
+    http_broker.default("POST", "/jobs/batch", Reply(201, {"ids": ["x", "y"]}))
+
+    for batch in ("1", "2"):
+        call_command(
+            produce.Command(), "--broker", http_broker.url, "-n", "2", "--batch", batch,
+            "--key", "tenant-acme", stdout=io.StringIO(),
+        )  # fmt: skip
+
+    singles = [s.body for s in http_broker.requests_to("POST", "/jobs")]
+    (batched,) = [s.body["jobs"] for s in http_broker.requests_to("POST", "/jobs/batch")]
+    assert [b["key"] for b in singles + batched] == ["tenant-acme"] * 4
+    assert len({b["idempotency_key"] for b in singles + batched}) == 4  # not the task's key
+
+
+def test_produce_command__no_key__bodies_without_one(
+    http_broker: FakeServer, workers_logger: object
+) -> None:
+    http_broker.default("POST", "/jobs", Reply(201, {"id": "x"}))
+
+    call_command(produce.Command(), "--broker", http_broker.url, stdout=io.StringIO())
+
+    (seen,) = http_broker.requests_to("POST", "/jobs")
+    assert "key" not in seen.body
+
+
+@pytest.mark.parametrize("key", ["", "k" * 129])
+def test_produce_command__key_out_of_bounds__refused_before_sending(
+    http_broker: FakeServer, workers_logger: object, key: str
+) -> None:
+    with pytest.raises(CommandError, match="a key is 1 to 128 characters"):
+        call_command(produce.Command(), "--broker", http_broker.url, "--key", key)
+
+    assert http_broker.requests_to("POST", "/jobs") == []

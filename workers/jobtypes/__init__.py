@@ -39,10 +39,13 @@ class JobTypeLike(Protocol):
 
 @dataclass(frozen=True)
 class JobType:
-    """A contract's job type and the function that runs it: `run(validated payload)`."""
+    """A contract's job type and the function that runs it: `run(validated payload)`, or with
+    `with_job`, `run(validated payload, job)`: the workers.job.Job it reports progress and
+    saves checkpoints with, and whose `checkpoint` says where an earlier attempt got to."""
 
     spec: JobSpec
-    run: Callable[[dict[str, Any]], Any]
+    run: Callable[..., Any]
+    with_job: bool = False
 
     @property
     def name(self) -> str:
@@ -62,9 +65,20 @@ class JobType:
         """(validated payload with defaults, {}) or (None, {field: [messages]})."""
         return self.spec.parse(payload)
 
-    def handler(self, payload: Any) -> Any:
-        """Validate (filling defaults) and run; raises InvalidPayloadError on a bad payload."""
-        return self.run(self.spec.check(payload))
+    def handler(self, payload: Any, job: Any = None) -> Any:
+        """Validate (filling defaults) and run; raises InvalidPayloadError on a bad payload.
+
+        A type `with_job` gets `job` (a workers.job.Job; a bare one, reporting nowhere, when
+        called without).
+        """
+        data = self.spec.check(payload)
+        if not self.with_job:
+            return self.run(data)
+        if job is None:
+            from workers.job import Job
+
+            job = Job.bare(payload)
+        return self.run(data, job)
 
 
 J = TypeVar("J", bound=JobTypeLike)

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connection
 
-from broker.sweeper import sweep_once
+from broker.sweeper import OutageWatch, sweep_once
 
 log = logging.getLogger("broker.sweeper")
 
@@ -29,7 +29,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         interval_ms = options["interval_ms"] or settings.BROKER_SWEEP_INTERVAL_MS
         if options["once"]:
-            result = sweep_once()
+            result = sweep_once(record_now=True)
             self.stdout.write(
                 f"reclaimed {result.reclaimed}, promoted {result.promoted}, pruned {result.pruned},"
                 f" fired {result.fired}"
@@ -40,12 +40,16 @@ class Command(BaseCommand):
             signal.signal(sig, lambda *_: stop.set())
         self.stdout.write(f"sweeper running every {interval_ms} ms")
         self.stdout.flush()
+        watch = OutageWatch(interval_ms / 1000)
         while not stop.is_set():
             try:
-                sweep_once()
+                watch.sweep()
             except DatabaseError as exc:
-                # The database went away: drop the connection and try again next tick.
-                log.warning("sweep failed: %s", exc)
+                # The database went away: drop the connection and try again next tick; leases
+                # that end meanwhile are held a while once it is back (OutageWatch).
+                if watch.lost_since is None:
+                    log.warning("sweep failed: %s", exc)
+                watch.failed()
                 connection.close()
             stop.wait(interval_ms / 1000)
         self.stdout.write("sweeper stopped")

@@ -14,7 +14,7 @@
     { key: "acked", cssVar: "--dash-acked" },
     { key: "failed", cssVar: "--dash-failed" },
   ];
-  const STATES = ["ready", "handed_out", "delayed", "dead"];
+  const STATES = ["ready", "handed_out", "delayed", "dead", "blocked"];
 
   let previous = null; // {t, enqueued, acked, failed}: the last snapshot's counters
   const points = []; // {t, enqueued, acked, failed}: rates per second
@@ -42,20 +42,85 @@
     return el;
   }
 
-  // Badges for a queue's settings: paused, its cap on tasks in flight, its rate.
-  function settingsCell(limit) {
-    const td = document.createElement("td");
-    if (!limit) return td;
+  // A table's one row saying it has none.
+  function emptyRow(text, columns) {
+    const td = cell("td", text);
+    td.colSpan = columns;
+    td.className = "dash-empty";
+    const tr = document.createElement("tr");
+    tr.append(td);
+    return tr;
+  }
+
+  // Badges for a queue's settings: paused, its cap on tasks in flight, its rate, its keys'.
+  function settingsBadges(limit) {
     const badges = [];
+    if (!limit) return badges;
     if (limit.paused) badges.push(["paused", "dash-tag dash-tag-paused"]);
     if (limit.max_in_flight != null) badges.push([`\u2264 ${fmt(limit.max_in_flight)} in flight`, "dash-tag"]);
     if (limit.rate_per_s != null) badges.push([`${limit.rate_per_s}/s`, "dash-tag"]);
-    for (const [text, cls] of badges) {
+    if (limit.fair) badges.push(["fair", "dash-tag"]);
+    if (limit.key_max_in_flight != null) {
+      badges.push([`\u2264 ${fmt(limit.key_max_in_flight)} per key`, "dash-tag"]);
+    }
+    if (limit.ordered) badges.push(["ordered", "dash-tag"]);
+    return badges.map(([text, cls]) => {
       const span = cell("span", text);
       span.className = cls;
-      td.append(span, " ");
-    }
+      return span;
+    });
+  }
+
+  function settingsCell(limit) {
+    const td = document.createElement("td");
+    for (const badge of settingsBadges(limit)) td.append(badge, " ");
     return td;
+  }
+
+  // Per keyed queue, its busiest keys (the server counts them every few seconds).
+  function renderKeys(snap) {
+    const perQueue = snap.top_keys || {};
+    const names = Object.keys(perQueue).sort();
+    $("#keys-panel").hidden = names.length === 0;
+    const blocks = names.map((name) => {
+      const { keys, top } = perQueue[name];
+      const block = document.createElement("div");
+      block.className = "dash-keyqueue";
+      block.dataset.queue = name;
+      const title = cell("h3", name + " ");
+      for (const badge of settingsBadges((snap.queue_settings || {})[name])) title.append(badge, " ");
+      const table = document.createElement("table");
+      table.className = "dash-table";
+      const head = document.createElement("thead");
+      const headRow = document.createElement("tr");
+      headRow.append(cell("th", "key"), cell("th", "ready"), cell("th", "handed out"));
+      head.append(headRow);
+      const body = document.createElement("tbody");
+      const rows = top.map((k) => {
+        const tr = document.createElement("tr");
+        tr.dataset.key = k.key ?? "";
+        const th = document.createElement("th");
+        if (k.url) {
+          const a = document.createElement("a");
+          a.href = k.url;
+          a.textContent = k.key;
+          a.title = "Open this key's tasks in admin";
+          th.append(a);
+        } else {
+          th.append(cell("i", "(no key)"));
+        }
+        tr.append(th, cell("td", fmt(k.ready)), cell("td", fmt(k.handed_out)));
+        return tr;
+      });
+      if (!rows.length) rows.push(emptyRow("No task ready or handed out.", 3));
+      body.replaceChildren(...rows);
+      table.append(head, body);
+      const note = cell("p", keys > top.length ? `the ${top.length} busiest of ${fmt(keys)} keys` : "");
+      note.className = "dash-subtitle";
+      block.append(title, table, note);
+      return block;
+    });
+    $("#key-queues").replaceChildren(...blocks);
   }
 
   function render(snap) {
@@ -74,7 +139,7 @@
 
     const body = $("#queue-table tbody");
     const limits = snap.queue_settings || {};
-    // Queues with live tasks, and paused or limited ones even when empty.
+    // Queues with live tasks, and paused, limited or keyed ones even when empty.
     const names = [...new Set([...Object.keys(snap.queues), ...Object.keys(limits)])].sort();
     const rows = names.map((name) => {
       const counts = snap.queues[name] || {};
@@ -85,14 +150,7 @@
       tr.classList.toggle("dash-paused", Boolean(limits[name] && limits[name].paused));
       return tr;
     });
-    if (!rows.length) {
-      const td = cell("td", "No live tasks in any queue.");
-      td.colSpan = 6;
-      td.className = "dash-empty";
-      const tr = document.createElement("tr");
-      tr.append(td);
-      rows.push(tr);
-    }
+    if (!rows.length) rows.push(emptyRow("No live tasks in any queue.", 6));
     body.replaceChildren(...rows);
 
     const list = $("#top-errors");
@@ -109,6 +167,59 @@
       })
     );
     $("#no-errors").hidden = snap.top_errors.length > 0;
+    renderRunning(snap);
+    renderKeys(snap);
+  }
+
+  function fmtFor(ms) {
+    if (ms === null || ms === undefined) return "–";
+    return fmtAge(Math.max(0, ms) / 1000);
+  }
+
+  // A running task's last report: a bar (indeterminate with a message only) and its text.
+  function progressCell(progress) {
+    const td = document.createElement("td");
+    td.className = "dash-progress";
+    if (!progress) {
+      td.append(cell("span", "no report yet"));
+      td.firstChild.className = "dash-empty";
+      return td;
+    }
+    const bar = document.createElement("progress");
+    bar.className = "broker-progress";
+    const label = progress.fraction === null ? "" : Math.round(progress.fraction * 100) + "%";
+    if (progress.fraction !== null) {
+      bar.max = 1;
+      bar.value = progress.fraction;
+    }
+    const text = [label, progress.message || ""].filter(Boolean).join(" ");
+    bar.title = text;
+    const span = cell("span", text);
+    span.className = "broker-progress-text";
+    td.append(bar, " ", span);
+    return td;
+  }
+
+  function renderRunning(snap) {
+    const running = snap.running || [];
+    const total = snap.gauges.handed_out || 0;
+    $("#running-count").textContent =
+      total > running.length ? `(the ${running.length} longest of ${fmt(total)})` : `(${fmt(total)})`;
+    const rows = running.map((t) => {
+      const tr = document.createElement("tr");
+      tr.dataset.task = t.id;
+      const link = document.createElement("a");
+      link.href = t.url;
+      link.textContent = "#" + t.id;
+      const th = document.createElement("th");
+      th.append(link);
+      tr.append(th, cell("td", t.queue), cell("td", t.type || "–"), cell("td", t.worker || "–"),
+        cell("td", fmtFor(t.claimed_ms === null ? null : snap.now_ms - t.claimed_ms)),
+        progressCell(t.progress));
+      return tr;
+    });
+    if (!rows.length) rows.push(emptyRow("No task is running.", 6));
+    $("#running-table tbody").replaceChildren(...rows);
   }
 
   function record(snap) {

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from contract.limits import MAX_KEY
 from workers.client import DEFAULT_BROKER_URL
 from workers.wire import DEFAULT_MAX_BODY_BYTES, MAX_LEASE_MS
 
@@ -59,6 +60,13 @@ def lease_ms(text: str) -> int:
             f"must be at most {MAX_LEASE_MS} (the broker caps every lease there): {value}"
         )
     return value
+
+
+def task_key(text: str) -> str:
+    """argparse type: a task's key as POST /jobs takes it, 1 to MAX_KEY characters."""
+    if not 0 < len(text) <= MAX_KEY or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"a key is 1 to {MAX_KEY} characters: {text[:40]!r}")
+    return text
 
 
 def positive_int(text: str) -> int:

@@ -15,6 +15,7 @@ from workers.management.commands._common import (
     log_to_stderr,
     non_negative_int,
     positive_int,
+    task_key,
 )
 
 
@@ -24,7 +25,7 @@ class Command(BrokerCommand):
     """
 
     def add_arguments(self, parser: CommandParser) -> None:
-        """The flags of API.md's Commands section, plus --queue and --priority."""
+        """The flags of API.md's Commands section, plus --queue, --priority and --key."""
         super().add_arguments(parser)
         parser.add_argument(
             "-n",
@@ -62,6 +63,13 @@ class Command(BrokerCommand):
             choices=["high", "normal", "low"],
             help="(default: %(default)s)",
         )
+        parser.add_argument(
+            "--key",
+            type=task_key,
+            default=None,
+            help="every task's key (a tenant's id, say), which the queue's fair, "
+            "key_max_in_flight and ordered settings go by (default: none)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Send, show progress when stderr is a terminal, print the summary line."""
@@ -73,6 +81,7 @@ class Command(BrokerCommand):
             delay_ms=options["delay_ms"],
             queue=options["queue"],
             priority=options["priority"],
+            key=options["key"],
         )
         show = self.stderr.isatty()
 

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from django.core.management.base import CommandError, CommandParser
 
+from contract import netpolicy
 from contract.jobtypes import SPECS
 from contract.limits import DEFAULT_PRIORITY, DEFAULT_QUEUE, PRIORITIES
 from workers.client import BrokerClient, BrokerError, BrokerUnavailableError
@@ -33,11 +34,17 @@ _SAMPLE: Any = object()  # --payload not given (null is a payload like any other
 
 
 class TaskClient(BrokerClient):
-    """BrokerClient plus GET /jobs/{id}, which only this command needs."""
+    """BrokerClient plus GET /jobs/{id} and GET /workflows/{id}, which only this command needs."""
 
     def task(self, task_id: str) -> dict[str, Any]:
         """GET /jobs/{id}. Raises BrokerError (404, ...) or BrokerUnavailableError."""
-        url = f"{self._jobs_url}/{quote(task_id, safe='')}"
+        return self._get(f"{self._jobs_url}/{quote(task_id, safe='')}")
+
+    def workflow(self, workflow_id: str) -> dict[str, Any]:
+        """GET /workflows/{id}. Raises BrokerError (404, ...) or BrokerUnavailableError."""
+        return self._get(f"/workflows/{quote(workflow_id, safe='')}")
+
+    def _get(self, url: str) -> dict[str, Any]:
         response = self._send("GET", url, until=time.monotonic() + self._give_up_s)
         if response is None:
             raise BrokerUnavailableError(0, f"broker at {self.base_url} unreachable or failing")
@@ -113,8 +120,10 @@ def wait_for(
     timeout_s: float,
     interval_s: float,
     progress: Callable[[int, int], None] | None = None,
+    reported: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Poll each unfinished task until all are done, dead or cancelled, or timeout_s passes.
+    """Poll each unfinished task until all are done, dead or cancelled, or timeout_s passes;
+    `reported(task)` for each task whose progress report is new.
 
     Returns (the tasks' last seen bodies in ids order, whether all finished).
     """
@@ -124,7 +133,11 @@ def wait_for(
     while True:
         for task_id in ids:
             if seen.get(task_id, {}).get("state") not in FINISHED:
+                before = seen.get(task_id, {}).get("progress")
                 seen[task_id] = fetch(task_id)
+                now = seen[task_id].get("progress")
+                if reported is not None and now is not None and now != before:
+                    reported(seen[task_id])
         now_finished = sum(seen[i]["state"] in FINISHED for i in ids)
         if progress is not None and now_finished != finished:
             progress(now_finished, len(ids))
@@ -173,6 +186,12 @@ class Command(BrokerCommand):
             "--no-poll", action="store_true", help="print the ids and exit without waiting"
         )
         parser.add_argument(
+            "--no-workflow",
+            action="store_true",
+            help="without --type, also a sample workflow is submitted (a diamond: extract, "
+            "then left and right, then load); this leaves it out",
+        )
+        parser.add_argument(
             "--list",
             action="store_true",
             help="list the job types and their sample payloads, submit nothing",
@@ -199,24 +218,33 @@ class Command(BrokerCommand):
             self._list(names, broker)
             return
         client = TaskClient(broker, token=api_token())
+        workflow: dict[str, Any] | None = None
         try:
             ids, refused = self._submit(client, names, broker, options)
+            steps: list[str] = []
+            if options["job_type"] is None and not options["no_workflow"]:
+                workflow_id, steps = self._submit_diamond(client, options, refused)
             if options["no_poll"]:
-                tasks, all_finished = [client.task(i) for i in ids], True
+                tasks, all_finished = [client.task(i) for i in ids + steps], True
             else:
                 tasks, all_finished = wait_for(
                     client.task,
-                    ids,
+                    ids + steps,
                     timeout_s=options["timeout"],
                     interval_s=options["interval_ms"] / 1000,
                     progress=self._progress,
+                    reported=self._reported,
                 )
+            if steps:
+                workflow = client.workflow(workflow_id)
         except BrokerError as exc:
             raise CommandError(f"broker: {exc}", returncode=1) from exc
         finally:
             client.close()
-        if tasks:
-            self.stdout.write(table(tasks))
+        if tasks[: len(ids)]:
+            self.stdout.write(table(tasks[: len(ids)]))
+        if workflow is not None:
+            self.stdout.write(workflow_table(workflow, tasks[len(ids) :]))
         if refused:
             raise CommandError(f"refused by the broker: {', '.join(refused)}", returncode=1)
         if not all_finished:
@@ -260,13 +288,97 @@ class Command(BrokerCommand):
             if status in (200, 201):
                 ids.append(answer["id"])
                 self.stderr.write(f"submitted {name}: {answer['id']}", style_func=str)
+            elif options["payload"] is _SAMPLE and _guarded(status, answer):
+                # Our own sample fetches the broker itself, which the SSRF guard refuses by
+                # default: a newcomer's demo should not end in an error for it.
+                self.stderr.write(
+                    f"skipped {name}: its sample fetches the broker at {broker}, an address the "
+                    f"broker refuses to fetch by default (SSRF guard); set {netpolicy.SETTING}="
+                    "127.0.0.0/8 for broker and worker to try it",
+                    style_func=str,
+                )
             else:
                 refused.append(name)
                 self.stderr.write(f"refused {name}: {status} {_error(answer)}", style_func=str)
         return ids, refused
 
+    def _submit_diamond(
+        self, client: TaskClient, options: dict[str, Any], refused: list[str]
+    ) -> tuple[str, list[str]]:
+        """POST /workflows with the sample diamond; (its id, its step task ids in order)."""
+        status, answer = client.submit_workflow(DIAMOND, diamond_steps(options))
+        if status != 201:
+            refused.append(f"workflow {DIAMOND}")
+            self.stderr.write(f"refused workflow: {status} {_error(answer)}", style_func=str)
+            return "", []
+        self.stderr.write(
+            f"submitted workflow {DIAMOND}: {answer['id']} (GET /workflows/{answer['id']})",
+            style_func=str,
+        )
+        return answer["id"], list(answer["tasks"].values())
+
     def _progress(self, finished: int, total: int) -> None:
         self.stderr.write(f"{finished}/{total} finished", style_func=str)
+
+    def _reported(self, task: dict[str, Any]) -> None:
+        self.stderr.write(f"{task['id']} {progress_line(task)}", style_func=str)
+
+
+DIAMOND = "sample-diamond"
+
+
+def diamond_steps(options: dict[str, Any]) -> list[dict[str, Any]]:
+    """extract (data_transform) → left and right (merge_results, each reading extract's
+    result) → load (merge_results, reading both): a fan-out and a fan-in."""
+    sample = SPECS["data_transform"].sample("")
+
+    def job(type_: str, payload: Any) -> dict[str, Any]:
+        return enqueue_body(
+            type_, payload, priority=options["priority"], queue=options["queue"],
+            max_attempts=options["max_attempts"],
+        )  # fmt: skip
+
+    return [
+        {"ref": "extract", "job": job("data_transform", sample)},
+        {"ref": "left", "job": job("merge_results", {"label": "left"}), "after": ["extract"]},
+        {"ref": "right", "job": job("merge_results", {"label": "right"}), "after": ["extract"]},
+        {"ref": "load", "job": job("merge_results", {"label": "load"}),
+         "after": ["left", "right"]},
+    ]  # fmt: skip
+
+
+def workflow_table(workflow: dict[str, Any], tasks: Sequence[dict[str, Any]]) -> str:
+    """The workflow's state, then a row per step: ref, id, after, state, result."""
+    results = {t["id"]: t for t in tasks}
+    rows = [("REF", "ID", "AFTER", "STATE", "RESULT / LAST ERROR")] + [
+        (s["ref"], s["id"], ",".join(s["after"]) or "-", s["state"],
+         outcome(results.get(s["id"], s)))
+        for s in workflow["steps"]
+    ]  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+             for row in rows]  # fmt: skip
+    head = f"\nworkflow {workflow['id']} ({workflow['name']}): {workflow['state']}"
+    return "\n".join([head, *lines])
+
+
+def progress_line(task: dict[str, Any]) -> str:
+    """A task's last progress report, one line: "batch_import: 40% row 24 of 60"."""
+    shown = task.get("progress") or {}
+    fraction, message = shown.get("fraction"), shown.get("message")
+    parts = [f"{task.get('type') or 'task'}:"]
+    if fraction is not None:
+        parts.append(f"{fraction:.0%}")
+    if message:
+        parts.append(str(message).splitlines()[0][:OUTCOME_WIDTH])
+    return " ".join(parts)
+
+
+def _guarded(status: int, answer: Any) -> bool:
+    """Whether a 400 refused the payload's URL for the address it names (contract/netpolicy)."""
+    fields = answer.get("fields") if status == 400 and isinstance(answer, dict) else None
+    messages = fields.get("payload.url") if isinstance(fields, dict) else None
+    return isinstance(messages, list) and any(netpolicy.SETTING in str(m) for m in messages)
 
 
 def _json_value(text: str) -> Any:

@@ -138,6 +138,21 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset.filter(queue=self.value()) if self.value() else queryset
 
 
+class KeyFilter(admin.SimpleListFilter):
+    """?key=acme: one key's tasks (GET /jobs?key='s index). Keys are too many to offer as
+    choices; a task's key in the list links here, and the chosen one shows to be cleared."""
+
+    title = "key"
+    parameter_name = "key"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        # No choice, no filter: Django applies only filters that show.
+        return [(self.value(), self.value())] if self.value() else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(key=self.value()) if self.value() else queryset
+
+
 class TypeFilter(admin.SimpleListFilter):
     """Job types come from the contract's registry (the API accepts no other), not the table."""
 

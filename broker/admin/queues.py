@@ -16,10 +16,10 @@ from django.utils.html import format_html
 from django.utils.translation import ngettext
 
 from broker import queue, queues, schedules
-from broker.admin import EMPTY, when
+from broker.admin.display import EMPTY, when
 from broker.models import Queue, Schedule
 
-SETTINGS = ("paused", "max_in_flight", "rate_per_s")
+SETTINGS = queues.FIELDS  # paused, max_in_flight, rate_per_s, fair, key_max_in_flight, ordered
 
 
 class QueueForm(forms.ModelForm):
@@ -28,6 +28,15 @@ class QueueForm(forms.ModelForm):
     class Meta:
         model = Queue
         fields = ("name", *SETTINGS)
+        # The promises of API.md's Keys section, where the setting is changed.
+        help_texts = {
+            "fair": "Claims share the queue among keys: the next task is the oldest of the key "
+            "served longest ago. Tasks without a key form one key of their own.",
+            "key_max_in_flight": "At most this many tasks of one key handed out at once "
+            "(empty: no cap). Tasks without a key are not limited.",
+            "ordered": "Per key, one task at a time, in enqueue order. Turned off, the tasks "
+            "waiting for their key's turn become claimable at once.",
+        }
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -49,13 +58,14 @@ def _gauge_column(name: str, description: str) -> Callable[[QueueAdmin, Queue], 
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    """Every queue a task or a setting named; pause, resume and limits change through
-    broker.queues.update, so the claimers parked on a queue hear of it."""
+    """Every queue a task or a setting named; pause, resume, limits and the key settings change
+    through broker.queues.update, so the claimers parked on a queue hear of it (and turning
+    `ordered` off lets the tasks waiting for their key's turn go)."""
 
     form = QueueForm
-    list_display = ("name", "paused", "max_in_flight", "rate_per_s", *queues.GAUGES)
-    list_editable = ("max_in_flight", "rate_per_s")
-    list_filter = ("paused",)
+    list_display = ("name", *SETTINGS, *queues.GAUGES)
+    list_editable = ("max_in_flight", "rate_per_s", "key_max_in_flight")
+    list_filter = ("paused", "fair", "ordered")
     search_fields = ("name",)
     actions = ("pause_selected", "resume_selected")
     _gauges: dict[str, dict[str, int]] | None = None
@@ -95,6 +105,7 @@ class QueueAdmin(admin.ModelAdmin):
     handed_out = _gauge_column("handed_out", "handed out")
     delayed = _gauge_column("delayed", "delayed")
     dead = _gauge_column("dead", "dead")
+    blocked = _gauge_column("blocked", "blocked")
 
 
 def _names(queryset: QuerySet) -> list[str]:

@@ -1,0 +1,126 @@
+"""Reading history: the points of a range, per queue or all, with the current bucket's moves
+that no recording has counted yet (so every answer adds up to the totals of its instant)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from broker.history import sql
+from broker.history.recorder import bucket
+from broker.models import DURATION_BUCKETS, HISTORY_COLUMNS, HISTORY_COUNTS, HISTORY_GAUGES
+from broker.queue.base import api_time, aware, current_time
+
+_GAUGE_AT = frozenset(i for i, c in enumerate(HISTORY_COLUMNS) if c in HISTORY_GAUGES)
+_COUNT_AT = [(c, HISTORY_COLUMNS.index(c)) for c in HISTORY_COUNTS]
+_GAUGES_SHOWN = [(c, HISTORY_COLUMNS.index(c)) for c in HISTORY_GAUGES]
+_HISTOGRAM_AT = [HISTORY_COLUMNS.index(column) for _, column in DURATION_BUCKETS]
+_STATEMENTS = {False: sql.read(queue=False), True: sql.read(queue=True)}
+POINTS, MARKS, LIVE, CLOCK = range(4)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """What a history read asks for: [since, until], `step` seconds a point, one queue or all."""
+
+    since: datetime
+    until: datetime
+    step: int
+    queue: str | None = None
+
+
+def points(asked: Range) -> list[dict[str, Any]]:
+    """The points of the range, oldest first, one per bucket in which anything was recorded
+    (the current bucket always, when the range holds it)."""
+    first = bucket(asked.since, asked.step)
+    params: dict[str, Any] = {
+        "since": _db_time(first),
+        "until": _db_time(asked.until),
+        "step": asked.step,
+        "queue": asked.queue,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_STATEMENTS[asked.queue is not None], params)
+        rows = cursor.fetchall()
+    width = len(HISTORY_COLUMNS)
+    per_queue: dict[tuple[datetime, str], list[int]] = {}
+    marks: dict[str, list[int]] = {}
+    live: dict[str, list[int]] = {}
+    recorded_at = None
+    found = []
+    for src, queue, at, _, *values in rows:
+        if src == CLOCK:
+            recorded_at = aware(at)
+        elif src == POINTS:
+            found.append((aware(at) or first, queue, values))
+        else:
+            (marks if src == MARKS else live)[queue] = [int(v or 0) for v in values]
+    # Oldest first: a queue's minutes fold into its hour with the last gauge sample winning.
+    for at, queue, values in sorted(found, key=lambda row: row[0]):
+        _fold(per_queue.setdefault((bucket(at, asked.step), queue), [0] * width), values)
+    buckets: dict[datetime, list[int]] = {}
+    for (start, _), values in per_queue.items():
+        _add(buckets.setdefault(start, [0] * width), values)
+    now = current_time()
+    current = bucket(max(now, recorded_at) if recorded_at else now, asked.step)
+    if first <= current <= asked.until:
+        _add_unrecorded(buckets.setdefault(current, [0] * width), live, marks)
+    return [_shown(at, buckets[at]) for at in sorted(buckets)]
+
+
+def _fold(total: list[int], values: list[Any]) -> None:
+    """A later point of one queue into its bucket: counts add up, the gauges are the later's."""
+    for i, value in enumerate(values):
+        total[i] = int(value or 0) + (0 if i in _GAUGE_AT else total[i])
+
+
+def _add(total: list[int], values: list[int]) -> None:
+    """One queue's bucket into the bucket of every queue: counts and gauges add up."""
+    for i, value in enumerate(values):
+        total[i] += value
+
+
+def _add_unrecorded(total: list[int], live: dict[str, list[int]], marks: dict[str, list[int]]):
+    """The current bucket: plus what moved since each queue's mark, with the gauges now."""
+    for i in _GAUGE_AT:
+        total[i] = 0
+    for queue, now in live.items():
+        mark = marks.get(queue, [0] * len(now))
+        for i, value in enumerate(now):
+            total[i] += value if i in _GAUGE_AT else value - mark[i]
+
+
+def _shown(at: datetime, values: list[int]) -> dict[str, Any]:
+    point: dict[str, Any] = {"at": api_time(at)}
+    point.update((name, values[i]) for name, i in _COUNT_AT)
+    point.update((name, values[i]) for name, i in _GAUGES_SHOWN)
+    counts = [values[i] for i in _HISTOGRAM_AT]
+    point["processing_p50_ms"] = quantile_ms(counts, 0.5)
+    point["processing_p95_ms"] = quantile_ms(counts, 0.95)
+    return point
+
+
+def quantile_ms(counts: list[int], q: float) -> float | None:
+    """The q-quantile of a duration histogram (counts per DURATION_BUCKETS bucket), in ms,
+    interpolated linearly inside its bucket as Prometheus' histogram_quantile does; past the
+    last finite bound, that bound. None for an empty histogram."""
+    total = sum(counts)
+    if total <= 0:
+        return None
+    rank = q * total
+    below, lower = 0, 0.0
+    for (upper, _), n in zip(DURATION_BUCKETS, counts, strict=True):
+        if n > 0 and below + n >= rank:
+            if upper == float("inf"):
+                return round(lower * 1000, 3)
+            return round((lower + (upper - lower) * (rank - below) / n) * 1000, 3)
+        below += n
+        lower = upper
+    return round(lower * 1000, 3)
+
+
+def _db_time(value: datetime) -> Any:
+    return connection.ops.adapt_datetimefield_value(value)

@@ -1,0 +1,191 @@
+"""Recording history, from the sweeper: the counter rows' change since the last recording goes
+into the current minute (with a sample of the gauges); finished hours are compacted from their
+minutes; points past keeping are pruned. Each happens once, however many sweepers run: all of it
+is one transaction holding the lock of the one HistoryClock row.
+
+Nothing here runs on the hot path: the moves already keep the counter rows, and a recording
+reads them once for every queue (one statement) at most once a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from broker.history import sql
+from broker.models import HISTORY_COLUMNS, HISTORY_GAUGES, HistoryClock
+from broker.queue.base import aware, current_time
+
+MINUTE, HOUR = 60, 3600
+# At most one recording a second, whichever sweeper makes it: the gauges' sampling rate, and how
+# far a count may land from its minute (a move just before a minute's end may count in the next).
+RECORD_EVERY = timedelta(seconds=1)
+PRUNE_BATCH = 5000
+_ROWS_PER_STATEMENT = 200  # ~6,600 parameters: under SQLite's limit
+_GAUGE_AT = frozenset(i for i, c in enumerate(HISTORY_COLUMNS) if c in HISTORY_GAUGES)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CLOCK_PK = 1
+
+Values = tuple[int, ...]  # HISTORY_COLUMNS, in order
+
+
+def bucket(at: datetime, step: int) -> datetime:
+    """The start of the `step`-second bucket holding `at` (UTC; buckets start at the epoch)."""
+    seconds = int((at - _EPOCH).total_seconds()) // step * step
+    return _EPOCH + timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What one recording wrote: points of the minute, hours compacted, points pruned."""
+
+    at: datetime
+    points: int
+    compacted: int = 0
+    pruned: int = 0
+
+
+def record(*, force: bool = False) -> Recorded | None:
+    """Record the change since the last recording into the current minute; compact and prune.
+
+    None when another sweeper holds the clock, or recorded less than a second ago (`force`:
+    record all the same, for tests and `runsweeper --once`).
+    """
+    now = current_time()
+    if not force and _recent(now):
+        return None  # decided by a plain read: most ticks take no lock (SQLite's is the database's)
+    with transaction.atomic():
+        clock = _lock_clock()
+        if clock is None:
+            return None
+        last, compacted_until = clock
+        if last is not None and now - last < RECORD_EVERY and not force:
+            return None
+        # Never back in time, whatever a host's clock says: a compacted hour stays whole.
+        at = max(now, last) if last is not None else now
+        new_minute = last is None or bucket(last, MINUTE) != bucket(at, MINUTE)
+        points = _record_minute(bucket(at, MINUTE), new_minute)
+        hour = bucket(at, HOUR)
+        compacted = 0
+        if compacted_until is None or compacted_until < hour:
+            compacted = _compact(compacted_until or _EPOCH, hour)
+            compacted_until = hour
+        pruned = _prune(at, compacted_until) if new_minute else 0
+        HistoryClock.objects.filter(pk=_CLOCK_PK).update(
+            recorded_at=at, compacted_until=compacted_until
+        )
+    return Recorded(at, points, compacted, pruned)
+
+
+def _recent(now: datetime) -> bool:
+    """Whether some sweeper recorded less than RECORD_EVERY ago (read without a lock)."""
+    last = HistoryClock.objects.filter(pk=_CLOCK_PK).values_list("recorded_at", flat=True).first()
+    return last is not None and now - last < RECORD_EVERY
+
+
+def _lock_clock() -> tuple[datetime | None, datetime | None] | None:
+    """(recorded_at, compacted_until) of the clock row, locked; None when another holds it.
+
+    SKIP LOCKED: a second sweeper does not wait behind the first, it skips this tick. (SQLite's
+    IMMEDIATE transaction already holds the database's write lock.)
+    """
+    for _ in range(2):
+        found = (
+            HistoryClock.objects.filter(pk=_CLOCK_PK)
+            .select_for_update(skip_locked=True)
+            .values_list("recorded_at", "compacted_until")
+            .first()
+        )
+        if found is not None:
+            return found
+        if HistoryClock.objects.filter(pk=_CLOCK_PK).exists():
+            return None  # locked by another recorder
+        HistoryClock.objects.bulk_create([HistoryClock(pk=_CLOCK_PK)], ignore_conflicts=True)
+    return None
+
+
+def _rows(statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+def _record_minute(minute: datetime, new_minute: bool) -> int:
+    """Add each queue's change since its mark to the minute's point, sample its gauges, move
+    its mark. A queue gets a point when it moved or its gauges changed, and once a minute while
+    it holds tasks (so every minute of a busy queue has its gauges)."""
+    live = {queue: tuple(int(v or 0) for v in values) for queue, *values in _rows(sql.LIVE)}
+    marks = {queue: tuple(values) for queue, *values in _rows(sql.READ_MARKS)}
+    zero = (0,) * len(HISTORY_COLUMNS)
+    points: list[tuple[Any, ...]] = []
+    moved_marks: list[tuple[Any, ...]] = []
+    at = _db_time(minute)
+    for queue, now in sorted(live.items()):
+        mark = marks.get(queue, zero)
+        change = tuple(
+            v if i in _GAUGE_AT else v - m for i, (v, m) in enumerate(zip(now, mark, strict=True))
+        )
+        counted = any(c for i, c in enumerate(change) if i not in _GAUGE_AT)
+        gauges_moved = any(now[i] != mark[i] for i in _GAUGE_AT)
+        holding = any(now[i] for i in _GAUGE_AT)
+        if counted or gauges_moved or (new_minute and holding):
+            points.append((MINUTE, queue, at, *change))
+        if counted or gauges_moved:
+            moved_marks.append((queue, *now))
+    _write(sql.add_to_points, points)
+    _write(sql.set_marks, moved_marks)
+    return len(points)
+
+
+def _compact(since: datetime, until: datetime) -> int:
+    """Hour points of the hours in [since, until) from their minutes: counts and histograms
+    summed, the gauges of each queue's last minute. Returns how many hours were written."""
+    hours: dict[tuple[str, datetime], list[int]] = {}
+    rows = _rows(sql.MINUTES_TO_COMPACT, [_db_time(since), _db_time(until)])
+    for queue, at, *values in rows:  # by queue, then time: the last minute's gauges win
+        start = bucket(aware(at) or since, HOUR)
+        total = hours.get((queue, start))
+        if total is None:
+            hours[(queue, start)] = [int(v) for v in values]
+            continue
+        for i, value in enumerate(values):
+            total[i] = int(value) if i in _GAUGE_AT else total[i] + int(value)
+    _write(
+        sql.set_points,
+        [(HOUR, queue, _db_time(start), *v) for (queue, start), v in sorted(hours.items())],
+    )
+    return len(hours)
+
+
+def _prune(at: datetime, compacted_until: datetime) -> int:
+    """Delete points older than the settings keep them; a minute only once its hour is
+    compacted. A batch of each per minute: a backlog goes over the next minutes."""
+    minutes = min(at - timedelta(minutes=settings.BROKER_HISTORY_MINUTES), compacted_until)
+    hours = at - timedelta(hours=settings.BROKER_HISTORY_HOURS)
+    pruned = 0
+    with connection.cursor() as cursor:
+        for step, before in ((MINUTE, minutes), (HOUR, hours)):
+            cursor.execute(sql.PRUNE, [step, _db_time(before), PRUNE_BATCH])
+            pruned += max(cursor.rowcount, 0)
+    return pruned
+
+
+def _write(statement: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Run statement(n) over rows, _ROWS_PER_STATEMENT at a time."""
+    for chunk in _chunks(rows, _ROWS_PER_STATEMENT):
+        with connection.cursor() as cursor:
+            cursor.execute(statement(len(chunk)), [value for row in chunk for value in row])
+
+
+def _chunks(rows: Sequence[tuple[Any, ...]], size: int) -> Iterable[Sequence[tuple[Any, ...]]]:
+    return (rows[i : i + size] for i in range(0, len(rows), size))
+
+
+def _db_time(value: datetime) -> Any:
+    """A datetime as a raw statement's parameter (SQLite keeps naive UTC text)."""
+    return connection.ops.adapt_datetimefield_value(value)

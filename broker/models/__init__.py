@@ -1,0 +1,37 @@
+"""The broker's models, by what they hold: tasks, counters, settings, history. Django and the
+rest of the code import them from here."""
+
+from broker.models.counters import (
+    COUNTER_COLUMNS,
+    COUNTER_SHARDS,
+    DURATION_BUCKETS,
+    CounterDelta,
+    QueueCounter,
+)
+from broker.models.history import (
+    HISTORY_COLUMNS,
+    HISTORY_COUNTS,
+    HISTORY_GAUGES,
+    HistoryClock,
+    HistoryMark,
+    HistoryPoint,
+)
+from broker.models.settings import (
+    RESTRICTED,
+    ClaimScope,
+    KeyState,
+    Queue,
+    ReclaimHold,
+    Schedule,
+    SqsDedup,
+    SqsQueue,
+)
+from broker.models.tasks import DeadTask, Dependency, Task, TaskError, TaskQuerySet, Workflow
+
+__all__ = [
+    "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "HISTORY_COLUMNS", "HISTORY_COUNTS",
+    "HISTORY_GAUGES", "RESTRICTED", "ClaimScope", "CounterDelta", "DeadTask", "Dependency",
+    "HistoryClock", "HistoryMark", "HistoryPoint", "KeyState", "Queue", "QueueCounter",
+    "ReclaimHold", "Schedule", "SqsDedup", "SqsQueue", "Task", "TaskError", "TaskQuerySet",
+    "Workflow",
+]  # fmt: skip

@@ -1,0 +1,67 @@
+"""Points of the stats history: per-minute and hourly counts, gauges and histograms."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from broker.models.counters import DURATION_BUCKETS
+
+# What a history point holds: the contract's counts (moved in the bucket), the live-state gauges
+# (the bucket's last sample; `blocked` reads 0 while the counter rows have no such column) and
+# the processing-time histogram of the bucket's acks and nacks.
+HISTORY_COUNTS = ("enqueued", "acked", "nacked", "reclaimed", "buried")
+HISTORY_GAUGES = ("ready", "handed_out", "delayed", "dead", "blocked")
+HISTOGRAM_COLUMNS = (*(column for _, column in DURATION_BUCKETS), "dur_sum_us")
+HISTORY_COLUMNS = (*HISTORY_COUNTS, *HISTORY_GAUGES, *HISTOGRAM_COLUMNS)
+
+
+def _history_columns(model: type[models.Model]) -> None:
+    for column in HISTORY_COLUMNS:
+        model.add_to_class(column, models.BigIntegerField(default=0, db_default=0))
+
+
+class HistoryPoint(models.Model):
+    """One queue's bucket of history: a minute (step 60) or an hour (step 3600) from `at`.
+
+    Minutes are recorded by the sweeper from the counter rows; hours are compacted from minutes
+    once the hour is over. Counts add up, over every point, to the lifetime totals.
+    """
+
+    step = models.IntegerField()
+    queue = models.CharField(max_length=64)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["step", "queue", "at"], name="historypoint_bucket")
+        ]
+        # Every queue's points of a range (the dashboard's "all"), and pruning the oldest.
+        indexes = [models.Index(fields=["step", "at"], name="historypoint_step_at_idx")]
+
+    def __str__(self) -> str:
+        return f"history of {self.queue} at {self.at} ({self.step} s)"
+
+
+class HistoryMark(models.Model):
+    """Per queue: its counter sums at the last recording, so the next one records the change."""
+
+    queue = models.CharField(max_length=64, primary_key=True)
+
+    def __str__(self) -> str:
+        return f"history mark of {self.queue}"
+
+
+_history_columns(HistoryPoint)
+_history_columns(HistoryMark)
+
+
+class HistoryClock(models.Model):
+    """The one row whose lock makes each recording, compaction and pruning happen once, however
+    many sweepers run: when history was last recorded and which hours are compacted."""
+
+    recorded_at = models.DateTimeField(null=True)
+    # Hours starting before this are compacted: their hour points are whole.
+    compacted_until = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"history recorded at {self.recorded_at}"

@@ -1,0 +1,180 @@
+"""Keys: a task's `key` (a tenant, customer or entity) and the three queue settings over it.
+
+- `ordered`: per key, one task at a time, in enqueue order. Each keyed task enqueued into an
+  ordered queue waits for the key's previous task (its KeyState `tail`) while that one is
+  unfinished: it is stored with `key_wait` and a Dependency row (key_order) on the previous
+  task, and the move that finishes that one (ack, nack or reclaim to dead, cancel: any end)
+  clears it, in the same transaction, as a release clears `after` (broker.queue.dependencies).
+  The claim indexes hold only tasks without `key_wait`, so claims never see a task whose turn
+  has not come, and a key's backlog costs them nothing.
+- `fair` and `key_max_in_flight`: decided when claiming (broker.queue.keyclaims), under the
+  queue's row lock.
+
+KeyState rows (one per queue and key; keyless tasks are key "") are upserted by every enqueue
+of a keyed task (a no-op update: it holds the row's lock to its commit, so the sweeper's prune of
+idle keys never drops the row of a key being enqueued) and pruned by the sweeper once a key has
+no live task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef
+
+from broker.models import Dependency, KeyState, Queue, Task
+from broker.states import State
+from broker.wakeup import announce
+
+NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # served_at of a key never served: it comes first
+KEYLESS = ""  # the one key of the tasks without one
+UNFINISHED = (State.READY, State.HANDED_OUT, State.DELAYED, State.BLOCKED)
+_UPSERT = (
+    'INSERT INTO "broker_keystate" ("queue", "key", "served_at") VALUES {rows}'
+    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at"'
+    ' RETURNING "queue", "key", "tail"'
+)
+
+
+def hold(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
+    """Upsert and lock the KeyState rows of (queue, key) pairs, in one lock order; each pair's
+    tail (the last task enqueued for it in an ordered queue). Call in the enqueue's transaction."""
+    pairs = sorted(set(pairs))
+    if not pairs:
+        return {}
+    at = connection.ops.adapt_datetimefield_value(NEVER)
+    params: list[object] = []
+    for queue, key in pairs:
+        params += [queue, key, at]
+    with connection.cursor() as cursor:
+        cursor.execute(_UPSERT.format(rows=", ".join(["(%s, %s, %s)"] * len(pairs))), params)
+        return {(queue, key): tail for queue, key, tail in cursor.fetchall()}
+
+
+def ordered_queues(names: set[str]) -> set[str]:
+    return set(Queue.objects.filter(name__in=names, ordered=True).values_list("name", flat=True))
+
+
+class Line:
+    """The enqueues of one transaction into ordered queues: for each new keyed task, the task
+    it waits for (the key's unfinished tail, or an earlier task of the same batch)."""
+
+    def __init__(self, tails: dict[tuple[str, str], int | None]) -> None:
+        """tails: hold()'s answer for the pairs of ordered queues only."""
+        self._tails: dict[tuple[str, str], int | Task | None] = dict(tails)
+        named = [t for t in tails.values() if t is not None]
+        # The tails' rows first (bumping `children`: the lock a settle of one waits on), then
+        # their states, read by a statement of its own: what committed while we waited.
+        Task.objects.filter(pk__in=named).update(children=F("children") + 1)
+        live = Task.objects.filter(pk__in=named, state__in=UNFINISHED)
+        self._unfinished = set(live.values_list("pk", flat=True))
+        self.waits: list[tuple[Task, int | Task]] = []
+
+    def join(self, row: Task) -> None:
+        """Put a new row (not yet saved) at the end of its key's line."""
+        pair = (row.queue, row.key or KEYLESS)
+        previous = self._tails.get(pair)
+        if isinstance(previous, Task) or (previous is not None and previous in self._unfinished):
+            row.key_wait = True
+            if isinstance(previous, Task):
+                previous.children += 1
+            self.waits.append((row, previous))
+        self._tails[pair] = row
+
+    def close(self) -> None:
+        """After the rows are saved: their key_order rows, and each key's new tail."""
+        # A requeued task may wait again for a task it waited for before: that row is reused.
+        Dependency.objects.bulk_create(
+            [Dependency(child_id=row.pk, parent_id=p if isinstance(p, int) else p.pk, position=0,
+                        key_order=True, finished_ok=True)
+             for row, p in self.waits],
+            update_conflicts=True, unique_fields=["child", "parent", "key_order"],
+            update_fields=["satisfied"],
+        )  # fmt: skip
+        for (queue, key), tail in self._tails.items():
+            if isinstance(tail, Task):
+                KeyState.objects.filter(queue=queue, key=key).update(tail=tail.pk)
+
+
+def line_up(rows: Sequence[Task]) -> Line | None:
+    """Before saving new rows: hold the KeyState rows of their keys, and in ordered queues make
+    each keyed row wait for its key's previous task. None when no row has a key; else call
+    .close() once the rows are saved."""
+    keyed = [row for row in rows if row.key is not None]
+    if not keyed:
+        return None
+    tails = hold([(row.queue, row.key or KEYLESS) for row in keyed])
+    ordered = ordered_queues({row.queue for row in keyed})
+    line = Line({pair: tail for pair, tail in tails.items() if pair[0] in ordered})
+    for row in keyed:
+        if row.queue in ordered:
+            line.join(row)
+    return line
+
+
+def requeued(pks: Sequence[int]) -> None:
+    """Tasks requeued out of the DLQ (now ready) of ordered queues join the end of their key's
+    line: a key's tasks released since it died go first. Call in the requeue's transaction."""
+    ordered = Queue.objects.filter(ordered=True).values("name")
+    rows = list(
+        Task.objects.filter(pk__in=pks, key__isnull=False, queue__in=ordered).order_by("pk")
+    )
+    if not rows:
+        return
+    ours = {row.pk for row in rows}
+    tails = hold([(row.queue, row.key or KEYLESS) for row in rows])
+    line = Line({pair: None if tail in ours else tail for pair, tail in tails.items()})
+    for row in rows:
+        line.join(row)
+    Task.objects.filter(pk__in=[row.pk for row in rows if row.key_wait]).update(key_wait=True)
+    for _, previous in line.waits:
+        if isinstance(previous, Task):  # an earlier row of this same requeue, saved already
+            Task.objects.filter(pk=previous.pk).update(children=F("children") + 1)
+    line.close()
+
+
+def unorder(queue: str) -> int:
+    """The queue stops being ordered: every task waiting for its turn is claimable at once."""
+    waiting = Task.objects.filter(queue=queue, key_wait=True)
+    Dependency.objects.filter(child__in=waiting, key_order=True, satisfied=False).update(
+        satisfied=True
+    )
+    freed: int = waiting.update(key_wait=False)
+    if freed:
+        announce({queue: freed})
+    return freed
+
+
+_prune_after = 0  # the KeyState id the sweeper's next prune starts after (per process)
+
+
+def prune(limit: int = 500) -> int:
+    """Delete the KeyState rows of keys with no live task (the sweeper): `limit` rows a call,
+    walked by id, round and round. Idle rows are found without a lock (a key being served has
+    live tasks: fair claims never wait on this); only they are locked, skipping those an enqueue
+    holds, and the delete, a statement of its own after the lock, re-checks against every task
+    committed before it. The keyless row of a queue stays."""
+    global _prune_after
+    live = Task.objects.filter(queue=OuterRef("queue"), key=OuterRef("key"), state__in=UNFINISHED)
+    with transaction.atomic():
+        ids = list(
+            KeyState.objects.filter(pk__gt=_prune_after)
+            .exclude(key=KEYLESS)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:limit]
+        )
+        _prune_after = ids[-1] if len(ids) == limit else 0
+        idle = list(
+            KeyState.objects.filter(pk__in=ids).exclude(Exists(live)).values_list("pk", flat=True)
+        )
+        if not idle:
+            return 0
+        held = list(
+            KeyState.objects.select_for_update(skip_locked=True)
+            .filter(pk__in=idle)
+            .values_list("pk", flat=True)
+        )
+        deleted: int = KeyState.objects.filter(pk__in=held).exclude(Exists(live)).delete()[0]
+        return deleted

@@ -1,0 +1,87 @@
+"""POST/GET /workflows and GET/DELETE /workflows/{id} (API.md "Workflows")."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from broker import queue
+from broker.api import parsing
+from broker.api.base import BrokerView
+from broker.api.errors import ValidationFailed
+from broker.exceptions import InvalidTransition
+from broker.models import Workflow
+from broker.workflows import graph, reading
+from contract.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_WORKFLOW_NAME
+
+
+def _workflow_pk(raw: str) -> int:
+    pk = parsing.task_id(raw)  # ids of one shape
+    if pk is None:
+        raise reading.WorkflowNotFound()
+    return pk
+
+
+class WorkflowsView(BrokerView):
+    """POST /workflows submits a graph, all or nothing; GET /workflows lists, newest first."""
+
+    def post(self, request: Request) -> Response:
+        try:
+            name, steps = graph.checked(parsing.read_object(request))
+        except graph.WorkflowError as exc:
+            raise ValidationFailed(exc.fields) from exc
+        workflow_id, tasks = queue.enqueue_graph(
+            name, [(s.ref, s.task, s.after, s.after_policy) for s in steps]
+        )
+        return Response(
+            {"id": str(workflow_id), "tasks": {ref: str(pk) for ref, pk in tasks.items()}},
+            status=201,
+            headers={"Location": f"/workflows/{workflow_id}"},
+        )
+
+    def get(self, request: Request) -> Response:
+        params = request.GET
+        found = Workflow.objects.all()
+        state, name = params.get("state"), params.get("name")
+        if state:
+            if state not in reading.STATES:
+                raise ValidationFailed({"state": [f"Must be one of {', '.join(reading.STATES)}."]})
+            found = reading.with_state(found).filter(reading.state_filter(state))
+        if name:
+            if len(name) > MAX_WORKFLOW_NAME or "\x00" in name:
+                raise ValidationFailed({"name": ["Not a workflow name."]})
+            found = found.filter(name=name)
+        limit = parsing.query_int(params, "limit", DEFAULT_PAGE_SIZE, minimum=1, cap=MAX_PAGE_SIZE)
+        cursor = params.get("cursor")
+        if cursor:
+            before = parsing.task_id(cursor)
+            if before is None:
+                raise ValidationFailed({"cursor": ["Not a cursor this API gave out."]})
+            found = found.filter(pk__lt=before)
+        page = list(found.order_by("-pk")[: limit + 1])
+        next_url = None
+        if len(page) > limit:
+            page = page[:limit]
+            query = {k: v for k, v in params.items() if k != "cursor"}
+            query["cursor"] = str(page[-1].pk)
+            next_url = request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
+        return Response({"results": reading.summaries(page), "next": next_url})
+
+
+class WorkflowView(BrokerView):
+    """GET /workflows/{id} with its steps; DELETE cancels every step left."""
+
+    http_method_names = ("get", "delete", "options")
+
+    def get(self, request: Request, workflow_id: str) -> Response:
+        return Response(reading.describe(_workflow_pk(workflow_id)))
+
+    def delete(self, request: Request, workflow_id: str) -> Response:
+        pk = _workflow_pk(workflow_id)
+        if not Workflow.objects.filter(pk=pk).exists():
+            raise reading.WorkflowNotFound()
+        if not queue.cancel_steps(pk):
+            raise InvalidTransition("No step of the workflow was left to cancel.")
+        return Response(status=204)

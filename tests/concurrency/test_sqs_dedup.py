@@ -1,0 +1,123 @@
+"""FIFO deduplication under real concurrency on PostgreSQL: senders racing with one deduplication
+id (new, or expired and taken over) store one message, and every one of them answers its id."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from broker.models import SqsDedup, Task
+from broker.sqs import dedup
+from tests.concurrency.conftest import in_thread
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+SENDERS = 8
+JSON_1_0 = "application/x-amz-json-1.0"
+
+
+def _call(client: Client, action: str, body: dict) -> dict:
+    response = client.post(
+        "/sqs", data=json.dumps(body), content_type=JSON_1_0,
+        HTTP_X_AMZ_TARGET=f"AmazonSQS.{action}",
+    )  # fmt: skip
+    answer: dict = json.loads(response.content)
+    assert response.status_code == 200, answer
+    return answer
+
+
+def _race(action: str, bodies: list[dict]) -> list[dict]:
+    """Each body sent by a thread of its own, all released at once; their answers."""
+    start = threading.Barrier(len(bodies))
+    answers: list[dict] = [{}] * len(bodies)
+    errors: list[BaseException] = []
+
+    def send(n: int) -> None:
+        client = Client()
+        start.wait(timeout=10)
+        answers[n] = _call(client, action, bodies[n])
+
+    threads = [in_thread(lambda n=n: send(n), errors) for n in range(len(bodies))]
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors, errors
+    return answers
+
+
+@pytest.fixture
+def url() -> str:
+    body = {"QueueName": "race.fifo", "Attributes": {"FifoQueue": "true"}}
+    return str(_call(Client(), "CreateQueue", body)["QueueUrl"])
+
+
+def _message(url: str, n: int, dedup_id: str = "same") -> dict:
+    return {"QueueUrl": url, "MessageBody": f"copy {n}", "MessageGroupId": f"g{n % 3}",
+            "MessageDeduplicationId": dedup_id}  # fmt: skip
+
+
+def test_racing_senders__one_message_every_answer_its_id(url: str) -> None:
+    for round_ in range(3):
+        answers = _race("SendMessage", [_message(url, n, f"id{round_}") for n in range(SENDERS)])
+        assert len({a["MessageId"] for a in answers}) == 1, answers
+        assert len({a["SequenceNumber"] for a in answers}) == 1
+    assert Task.objects.filter(queue="race.fifo").count() == 3
+    assert SqsDedup.objects.filter(queue="race.fifo", task_id__isnull=True).count() == 0
+
+
+def test_racing_batches__overlapping_ids_in_any_order__each_once(url: str) -> None:
+    ids = [f"d{i}" for i in range(6)]
+    bodies = []
+    for n in range(SENDERS):
+        mine = ids[n % 3 :] + ids[: n % 3]  # the same ids, each batch in another order
+        bodies.append({"QueueUrl": url, "Entries": [
+            {"Id": f"e{i}", "MessageBody": d, "MessageGroupId": "g", "MessageDeduplicationId": d}
+            for i, d in enumerate(mine if n % 2 else mine[::-1])
+        ]})  # fmt: skip
+    answers = _race("SendMessageBatch", bodies)
+    by_id: dict[str, set[str]] = {}
+    for body, answer in zip(bodies, answers, strict=True):
+        assert answer["Failed"] == []
+        sent = {e["Id"]: e["MessageDeduplicationId"] for e in body["Entries"]}
+        for ok in answer["Successful"]:
+            by_id.setdefault(sent[ok["Id"]], set()).add(ok["MessageId"])
+    assert all(len(pks) == 1 for pks in by_id.values()), by_id
+    stored = Task.objects.filter(queue="race.fifo").values_list("pk", flat=True)
+    assert sorted(stored) == sorted(int(pk) for (pk,) in by_id.values())
+    assert len(stored) == len(ids)
+
+
+def test_racing_senders__expired_id_taken_over_once(url: str) -> None:
+    first = _call(Client(), "SendMessage", _message(url, 0, "old"))
+    SqsDedup.objects.filter(dedup_id="old").update(expires_at=timezone.now() - timedelta(seconds=1))
+    answers = _race("SendMessage", [_message(url, n, "old") for n in range(SENDERS)])
+    assert len({a["MessageId"] for a in answers}) == 1
+    assert answers[0]["MessageId"] != first["MessageId"]
+    assert Task.objects.filter(queue="race.fifo").count() == 2
+
+
+def test_senders_racing_the_sweepers_prune__one_message(url: str) -> None:
+    """The prune deletes an expired row between a sender's insert and its read: it tries again."""
+    _call(Client(), "SendMessage", _message(url, 0, "old"))
+    past = timezone.now() - timedelta(seconds=1)
+    for _ in range(5):
+        SqsDedup.objects.filter(dedup_id="old").update(expires_at=past)
+        before = Task.objects.count()
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def prune(stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                dedup.prune()
+
+        pruner = in_thread(prune, errors)
+        answers = _race("SendMessage", [_message(url, n, "old") for n in range(SENDERS)])
+        stop.set()
+        pruner.join(timeout=10)
+        assert not errors, errors
+        assert len({a["MessageId"] for a in answers}) == 1
+        assert Task.objects.count() == before + 1

@@ -1,0 +1,93 @@
+"""A TCP proxy in front of PostgreSQL that a test can cut and restore: a database outage for
+some processes only, without stopping the PostgreSQL that other test runs share."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class Proxy:
+    """Forwards 127.0.0.1:<port> to (host, port). While down, every connection through it is
+    closed and new ones are accepted and closed at once (a server that went away)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._up = threading.Event()
+        self._up.set()
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, user: str, name: str) -> str:
+        return f"postgres://{user}@127.0.0.1:{self.port}/{name}"
+
+    def down(self) -> None:
+        """Cut every connection through the proxy and refuse new ones until up()."""
+        self._up.clear()
+        with self._lock:
+            sockets, self._open = self._open, set()
+        for sock in sockets:
+            _close(sock)
+
+    def up(self) -> None:
+        self._up.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self.down()
+        _close(self._listener)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if not self._up.is_set():
+                _close(client)
+                continue
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _close(client)
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._open.update((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        with self._lock:
+            self._open.discard(src)
+            self._open.discard(dst)
+        _close(src)
+        _close(dst)
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+@contextmanager
+def proxy_to(host: str, port: int) -> Iterator[Proxy]:
+    proxy = Proxy(host, port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -1,0 +1,58 @@
+"""broker.dbpool: reconnect attempts while the database is away, and their log lines."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+import pytest
+
+from broker import dbpool
+from tests.procs import free_port
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dbpool, "_gate", dbpool._Gate())
+    monkeypatch.setattr(dbpool.GatedConnection, "every_s", 0.3)
+
+
+def _refused() -> str:
+    return f"host=127.0.0.1 port={free_port()} dbname=x user=x connect_timeout=2"
+
+
+def test_gated_connection__failed_moments_ago__the_next_attempts_do_not_go_out(gate) -> None:
+    with pytest.raises(psycopg.OperationalError, match="refused"):
+        dbpool.GatedConnection.connect(_refused())
+    for _ in range(5):  # what the pool's other lost connections would try meanwhile
+        with pytest.raises(psycopg.OperationalError, match="less than BROKER_DB_RECONNECT_MS"):
+            dbpool.GatedConnection.connect(_refused())
+    time.sleep(0.3)
+    with pytest.raises(psycopg.OperationalError, match="refused"):  # the next interval: one
+        dbpool.GatedConnection.connect(_refused())
+
+
+def test_gated_connection__success__opens_the_gate_for_everyone(gate) -> None:
+    dbpool._gate.record(ok=False)
+    assert dbpool._gate.shut(0.3)
+    dbpool._gate.record(ok=True)
+    assert not dbpool._gate.shut(0.3)
+
+
+def test_quiet_reconnects__first_warning_then_one_per_interval_with_a_count() -> None:
+    quiet = dbpool.QuietReconnects()
+    quiet.EVERY_S = 0.2
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("psycopg.pool", logging.WARNING, __file__, 1, msg, (), None)
+
+    assert quiet.filter(record("error connecting in 'pool-1': refused"))
+    assert [quiet.filter(record("error connecting in 'pool-1': refused")) for _ in range(3)] == [
+        False
+    ] * 3
+    assert quiet.filter(record("discarding broken connection"))  # other lines all pass
+    time.sleep(0.2)
+    last = record("error connecting in 'pool-1': refused")
+    assert quiet.filter(last)
+    assert last.msg.endswith("(and 3 more failed attempts since the last)")
