@@ -172,6 +172,11 @@ def test_rate__parked_claimer__gets_its_task_when_the_next_token_comes() -> None
     assert 0.3 <= waited <= 1.5, waited  # one token: 0.5 s, not the end of the 10 s wait
 
 
+# A woken claim answers in milliseconds; without its wake it would answer at the end of its 10 s
+# wait. The bound leaves room for a loaded host (two test processes, PostgreSQL: 0.55 s seen).
+WOKEN_WITHIN_S = 2.0
+
+
 def _parked(queues_: list[str], wait_ms: int = 10_000) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
@@ -191,7 +196,7 @@ def _parked(queues_: list[str], wait_ms: int = 10_000) -> dict[str, Any]:
 
 def _freeing_wakes_a_parked_claimer(name: str, free: str) -> None:
     """Hold the queue's one claimable task, park a claimer, end the held task by `free`: the
-    claimer gets the next task within 0.5 s."""
+    claimer gets the next task within WOKEN_WITHIN_S, not at the end of its 10 s wait."""
     (held,) = queue.claim([name], 60_000 if free != "reclaim" else 1)
     parked = _parked([name])
     start = time.monotonic()
@@ -201,7 +206,7 @@ def _freeing_wakes_a_parked_claimer(name: str, free: str) -> None:
         settle(held.task.pk, held.lease_id, free)
     parked["thread"].join(5)
     assert len(parked["got"]) == 1
-    assert parked["at"] - start < 0.5, parked["at"] - start
+    assert parked["at"] - start < WOKEN_WITHIN_S, parked["at"] - start
 
 
 @pytest.mark.parametrize("free", ["ack", "nack", "cancel", "reclaim"])
@@ -231,7 +236,7 @@ def test_pause__resume__wakes_parked_claimers_at_once() -> None:
     for parked in (first, second):
         parked["thread"].join(5)
         assert len(parked["got"]) == 1
-        assert parked["at"] - start < 0.5, parked["at"] - start
+        assert parked["at"] - start < WOKEN_WITHIN_S, parked["at"] - start
 
 
 def test_schedule__eight_sweeps_at_once_at_one_due_time__one_task() -> None:

@@ -26,7 +26,7 @@ N = 1000
 # GUNICORN_CMD_ARGS for the node (empty: gunicorn.conf.py as it is); "--worker-class gthread"
 # shows the same measure failing on the threads of before.
 WORKER = {"GUNICORN_CMD_ARGS": os.environ.get("PARKED_TEST_GUNICORN_ARGS", "")}
-WAIT_S = 8.0
+WAIT_S = 12.0  # room on a slow host for the ramp, the settle, the CPU window and the wakes
 
 
 def _node(port: int) -> list[int]:
@@ -44,7 +44,7 @@ def _node(port: int) -> list[int]:
 
 @pytest.mark.slow  # a load test: 1000 polls held for their whole wait (make test-slow)
 def test_1000_parked_polls__health_and_enqueue_answer_at_once__each_poll_204_at_its_end(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parked.raise_open_files()
     with gunicorn(db_url, tmp_path, **WORKER) as base:
@@ -61,8 +61,10 @@ def test_1000_parked_polls__health_and_enqueue_answer_at_once__each_poll_204_at_
             )
         )  # fmt: skip
     row = result.row()
+    with capsys.disabled():  # the figures, on every run: a failure says which bound was near
+        sys.stdout.write("\n" + "\n".join(f"parked: {k}: {v}" for k, v in row.items()) + "\n")
     # 1000 polls hold more than the node's 512 threads: before parking polls in a loop, /healthz
-    # and POST /jobs queued behind them for up to a whole wait (8 s here, 20-30 s in the issue).
+    # and POST /jobs queued behind them for up to a whole wait (12 s here, 20-30 s in the issue).
     assert max(result.healthz_ms) < 1000, row
     assert max(result.enqueue_ms) < 1000, row
     assert len(result.wake_ms) == 20 and max(result.wake_ms) < 1000, row

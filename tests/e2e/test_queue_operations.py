@@ -54,7 +54,7 @@ def test_pause_on_one_broker__obeyed_by_the_other_at_once__resume_wakes_its_park
         assert http("PATCH", f"{a}/queues/mail", {"paused": False})[0] == 200
         parked.join(25)
         assert answer["got"][0] == 200
-        assert answer["at"] - resumed < 1.0, answer["at"] - resumed
+        assert answer["at"] - resumed < 3.0, answer["at"] - resumed  # woken; its wait is 20 s
         assert http("GET", f"{b}/queues/mail")[1]["handed_out"] == 6
 
 

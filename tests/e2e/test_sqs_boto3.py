@@ -233,7 +233,7 @@ def test_long_poll__queue_wait_attribute_is_the_default(sqs: Any) -> None:
     assert 1.8 < time.monotonic() - started < 5
     started = time.monotonic()
     sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 1.5  # not the queue's 2 s
 
 
 def test_visibility_lapse__receivable_again_at_once(sqs: Any, broker: str) -> None:

@@ -52,7 +52,7 @@ def test_claim__database_back_during_its_wait__woken_and_handed_the_task(enqueue
     _later(0.2, back)
     (got,) = claim_wait(None, lease_ms=1000, wait_ms=5000)
     assert got.task.pk == pk
-    assert 0.2 <= time.monotonic() - started < 1.0
+    assert 0.2 <= time.monotonic() - started < 2.0  # woken, not at the end of its 5 s wait
 
 
 def test_claim__parked_then_database_lost__503_only_because_it_is_still_away(enqueue_task) -> None:

@@ -138,7 +138,7 @@ def test_enqueue__parked_claim__handed_the_task_only_after_commit() -> None:
 
     assert [d.task.pk for d in out["got"]] == [int(task_id)]
     # Well inside the 5 s wait: the commit woke it, the wait did not run out.
-    assert out["at"] - committed < 0.5
+    assert out["at"] - committed < 2.0
 
 
 def test_enqueue__parked_claim_and_rollback__claim_gets_nothing() -> None:

@@ -112,9 +112,10 @@ def test_prefetch__task_ends_while_a_claim_is_parked__acked_at_once(
 
     assert slow.finished.wait(2)
     finished_at = time.monotonic()
-    assert wait_until(lambda: acked(fake_broker) == ["t1"], 1.0)
+    assert wait_until(lambda: acked(fake_broker) == ["t1"], 2.0)
 
-    assert time.monotonic() - finished_at < 0.1
+    # At once (milliseconds), not when the parked claim ends its wait (seconds); room for load.
+    assert time.monotonic() - finished_at < 1.0
     assert fake_broker.parked == 1  # the parked claim was not cut to carry it
 
 
