@@ -17,7 +17,7 @@ log = logging.getLogger("workers.runner")
 
 PUMPS = 2
 # runworker's default: tasks held per thread at most (chosen by the peers benchmark, README).
-DEFAULT_PREFETCH = 16
+DEFAULT_PREFETCH = 64
 
 
 class Prefetcher:

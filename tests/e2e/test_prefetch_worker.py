@@ -50,7 +50,7 @@ def test_prefetch__produce_400__each_line_once_all_acked_exit_0(
 
     said = worker.log_path.read_text()
     assert worker.popen.returncode == 0, said
-    assert "prefetch 16 (up to 48 tasks in hand)" in said
+    assert "prefetch 64 (up to 192 tasks in hand)" in said
     assert "refused" not in said
     lines = [json.loads(line) for line in (tmp_path / "worker-jobs.log").read_text().splitlines()]
     assert sorted(line["payload"]["line"] for line in lines) == sorted(
