@@ -165,9 +165,13 @@ def _retry_in(grants: list[Grant], found: list[tuple[Any, ...]]) -> float | None
 def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Grant], set[str]]:
     every = hand.queues is None
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql.RESTRICTED_IN, {"every": every, "scope": hand.queues or []})
-        restricted = cursor.fetchall()
+        statement = sql.RESTRICTED_IN_EVERY if every else sql.RESTRICTED_IN
+        cursor.execute(statement, {"every": every, "scope": hand.queues or []})
+        rows = cursor.fetchall()
+        restricted = [(name, paused) for name, paused, _ in rows if name is not None]
         _remember(hand.queues, bool(restricted))
+        if not rows[0][2]:
+            return [], [], set()  # nothing claimable in the scope: nothing to lock or pick
         limited = [name for name, paused in restricted if not paused]
         grants: list[Grant] = []
         keyed: dict[str, tuple[bool, int | None]] = {}

@@ -166,10 +166,27 @@ LIMITED = (
     "NOT paused AND (max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL OR fair"
     " OR key_max_in_flight IS NOT NULL)"
 )
-RESTRICTED_IN = (
-    f"SELECT name, paused FROM {QUEUE_TABLE} WHERE {RESTRICTED}"
-    " AND (%(every)s OR name = ANY(%(scope)s::varchar[])) ORDER BY name"
+# The restricted queues of a claim's scope (name, paused), and whether the scope has a claimable
+# task at all (`ready`, on every row; one row of NULLs with it when none is restricted): when it
+# has none, the claim answers nothing without locking or picking (an idle fair queue's parked
+# polls, SQS receives). One probe of the per-queue index a named queue, as the claims read it.
+_SCOPE_READY = (
+    "EXISTS (SELECT 1 FROM unnest(%(scope)s::varchar[]) AS s(name) CROSS JOIN LATERAL ("
+    "SELECT 1 FROM broker_task t WHERE t.state = 'ready' AND NOT t.key_wait"
+    " AND t.queue >= s.name AND t.queue <= s.name ORDER BY t.queue LIMIT 1) AS c)"
 )
+
+
+def _restricted_in(ready: str) -> str:
+    return (
+        f"SELECT q.name, q.paused, r.ready FROM (SELECT {ready} AS ready) AS r"
+        f" LEFT JOIN {QUEUE_TABLE} AS q ON {RESTRICTED}"
+        " AND (%(every)s OR q.name = ANY(%(scope)s::varchar[])) ORDER BY q.name"
+    )
+
+
+RESTRICTED_IN = _restricted_in(_SCOPE_READY)
+RESTRICTED_IN_EVERY = _restricted_in(f"EXISTS (SELECT 1 FROM broker_task WHERE {CLAIMABLE})")
 LOCK_LIMITED = (
     "SELECT name, max_in_flight, rate_per_s, tokens, refilled_at, fair, key_max_in_flight"
     f" FROM {QUEUE_TABLE}"

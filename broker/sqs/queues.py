@@ -24,6 +24,7 @@ from contract.limits import QUEUE_RE
 _NEW_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NEW_FIFO_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{64 - len(limits.FIFO_SUFFIX)}}}\.fifo")
 _NO_QUEUE = "The specified queue does not exist."
+_FIND = f"SELECT * FROM {SqsQueue._meta.db_table} WHERE name = %s"
 
 
 def queue_url(call: Call, name: str) -> str:
@@ -47,7 +48,9 @@ def find(name: str) -> SqsQueue | None:
     """The queue's row; made with default attributes for a broker queue with live tasks."""
     if not QUEUE_RE.fullmatch(name):
         return None
-    found = SqsQueue.objects.filter(name=name).first()
+    # Raw: every receive (each parked poll's first look) resolves its queue, and the ORM's
+    # compile of the same filter cost twice the query (0.44 against 0.19 ms in-process).
+    found = next(iter(SqsQueue.objects.raw(_FIND, [name])), None)
     if found is None and _has_live_tasks(name):
         now = timezone.now()
         found, _ = SqsQueue.objects.get_or_create(

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from broker import queue, queues
-from broker.queue import restricted
+from broker.queue import restricted, sql
 from tests.api.conftest import ack_all
 
 pytestmark = pytest.mark.django_db
@@ -142,3 +142,23 @@ def test_restricted_hints__claims_of_ever_new_scopes__bounded(take, set_queue) -
         queue.claim(["paused", f"x{i}"], 1000)
     assert 0 < len(restricted._hints) <= restricted.MAX_HINTS
     assert restricted.seems_restricted(["paused", f"x{restricted.MAX_HINTS * 3 - 1}"])
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("scope", [["fair"], None])
+def test_restricted_scope__nothing_ready__answers_without_locking_or_picking(
+    put, take, set_queue, scope: list[str] | None
+) -> None:
+    # An idle fair queue (every SQS standard queue) holds parked polls: each one's look is one
+    # probe, not the settings row's lock and a fair round (those wait for a task to exist).
+    from django.test.utils import CaptureQueriesContext
+
+    set_queue("fair", fair=True)
+    with CaptureQueriesContext(connection) as ctx:
+        assert take(scope) == []
+    statements = [q["sql"] for q in ctx.captured_queries]
+    locks = [s for s in statements if s.startswith(sql.LOCK_LIMITED.split(" FROM")[0])]
+    picks = [s for s in statements if "broker_keystate" in s]
+    assert not locks and not picks, statements
+    put("fair")
+    assert names(take(scope)) == ["fair"]

@@ -3,6 +3,8 @@ index of its own queues, never the backlog (the plans, read from PostgreSQL's EX
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
 
@@ -36,3 +38,13 @@ def test_claim_backlog_and_empty_queue__reads_only_what_it_takes(backlog: None) 
     pick = _pick(plan)
     assert "task_claim_queue_idx" in pick, plan
     assert _rows_read(pick) <= 10 + 10, plan  # each queue's LATERAL reads at most `limit`
+
+
+def test_restricted_claim__scope_with_nothing_ready__reads_no_task(backlog: None) -> None:
+    # A fair queue's parked polls (an SQS receive) look here first: nothing to lock or pick.
+    plan = explain(
+        sql.RESTRICTED_IN, "(ANALYZE, COSTS OFF)", every=False, scope=["empty_a", "empty_b"]
+    )
+    # An index probe a queue (which of the per-queue indexes varies with the statistics).
+    assert re.search(r"Index (Only )?Scan using \w+ on broker_task", plan), plan
+    assert _rows_read(plan) == 0, plan
