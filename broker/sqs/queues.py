@@ -24,7 +24,7 @@ from contract.limits import QUEUE_RE
 _NEW_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NEW_FIFO_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{64 - len(limits.FIFO_SUFFIX)}}}\.fifo")
 _NO_QUEUE = "The specified queue does not exist."
-_FIND = f"SELECT * FROM {SqsQueue._meta.db_table} WHERE name = %s"
+_FIND = "SELECT * FROM broker_sqsqueue WHERE name = %s"
 
 
 def queue_url(call: Call, name: str) -> str:
