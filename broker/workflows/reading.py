@@ -103,7 +103,7 @@ def describe(workflow_id: int) -> dict[str, Any]:
     refs = {pk: ref for pk, ref, *_ in steps}
     after: dict[int, list[str]] = defaultdict(list)
     for child, parent in (
-        Dependency.objects.filter(child__workflow_id=workflow_id)
+        Dependency.objects.filter(child__workflow_id=workflow_id, key_order=False)
         .order_by("child_id", "position")
         .values_list("child_id", "parent_id")
     ):

@@ -189,3 +189,16 @@ def test_list__newest_first_filtered_by_state_and_name_paged(api_client) -> None
     assert len(one["results"]) == 1 and one["next"]
     assert api_client.get(one["next"]).json()["results"][0]["id"] == second["id"]
     assert api_client.get("/workflows", {"state": "done"}).status_code == 400
+
+
+def test_get__steps_of_one_key_in_an_ordered_queue__after_only_what_was_asked(api_client) -> None:
+    # An ordered queue lines a key's steps up behind each other (key order, not `after`): the
+    # workflow's steps still show the `after` they were submitted with, and nothing more.
+    from broker import queues
+
+    queues.update("in-line", {"ordered": True})
+    job = {"payload": {}, "queue": "in-line", "key": "acct-1"}
+    body = {"name": "postings", "steps": [{"ref": "a", "job": job}, {"ref": "b", "job": job}]}
+    made = submit(api_client, body)
+    got = api_client.get(f"/workflows/{made['id']}").json()
+    assert {s["ref"]: s["after"] for s in got["steps"]} == {"a": [], "b": []}
