@@ -50,8 +50,10 @@ class Waiter:
         if self.on_wake is not None:
             self.on_wake()
 
-    def wants(self, queue: str) -> bool:
-        return self.queues is None or queue == ANY_QUEUE or queue in self.queues
+
+def _wants(queues: frozenset[str] | None, queue: str) -> bool:
+    """Whether waiters of `queues` (None: every queue) claim from `queue`."""
+    return queues is None or queue == ANY_QUEUE or queue in queues
 
 
 class Hub:
@@ -117,11 +119,7 @@ class Hub:
         returns how many."""
         woken = 0
         with self._lock:
-            groups = [
-                group
-                for queues, group in self._groups.items()
-                if queues is None or queue == ANY_QUEUE or queue in queues
-            ]
+            groups = [group for queues, group in self._groups.items() if _wants(queues, queue)]
             while woken < count and groups:
                 first: Waiter | None = None
                 for group in list(groups):

@@ -215,9 +215,11 @@ class BrokerClient(BatchVerbs):
 
     def _remember(self, response: Response, deliveries: Sequence[Delivery], lease_ms: int) -> None:
         """Note when each new lease ends: at the deadline the broker answered (see leaseclock)."""
-        for delivery in deliveries:
-            self._lease_ends[delivery["lease_id"]] = lease_end(
-                delivery.get("deadline"), lease_ms, response.sent_at, response.received_at
+        # A claim's deliveries share one lease (and deadline): its end is worked out once.
+        ends = {delivery["lease_id"]: delivery.get("deadline") for delivery in deliveries}
+        for lease_id, deadline in ends.items():
+            self._lease_ends[lease_id] = lease_end(
+                deadline, lease_ms, response.sent_at, response.received_at
             )
 
     # -- one task -------------------------------------------------------------------------
