@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from broker.models import (
-    COUNTER_COLUMNS,
     HISTORY_COLUMNS,
     HISTORY_GAUGES,
     HistoryClock,
@@ -19,18 +18,11 @@ _ALL = ", ".join(HISTORY_COLUMNS)
 _GAUGES = frozenset(HISTORY_GAUGES)
 
 
-def _summed(column: str) -> str:
-    # A column the counter rows do not have yet (the `blocked` gauge before that state exists)
-    # reads 0; once a migration adds it there, it is read like the others.
-    return f"sum({column}) AS {column}" if column in COUNTER_COLUMNS else f"0 AS {column}"
-
-
-_KEPT = [c for c in HISTORY_COLUMNS if c in COUNTER_COLUMNS]
 # Every queue's counter sums now, one statement (one snapshot), as sqlparts.STATS reads them.
 LIVE = (
-    f"SELECT queue, {', '.join(_summed(c) for c in HISTORY_COLUMNS)} FROM ("
-    f"SELECT queue, {', '.join(_KEPT)} FROM {COUNTER_TABLE}"
-    f" UNION ALL SELECT queue, {', '.join(_KEPT)} FROM {DELTA_TABLE}"
+    f"SELECT queue, {', '.join(f'sum({c}) AS {c}' for c in HISTORY_COLUMNS)} FROM ("
+    f"SELECT queue, {_ALL} FROM {COUNTER_TABLE}"
+    f" UNION ALL SELECT queue, {_ALL} FROM {DELTA_TABLE}"
     ") AS u GROUP BY queue"
 )
 

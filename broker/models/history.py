@@ -7,8 +7,7 @@ from django.db import models
 from broker.models.counters import DURATION_BUCKETS
 
 # What a history point holds: the contract's counts (moved in the bucket), the live-state gauges
-# (the bucket's last sample; `blocked` reads 0 while the counter rows have no such column) and
-# the processing-time histogram of the bucket's acks and nacks.
+# (the bucket's last sample) and the processing-time histogram of the bucket's acks and nacks.
 HISTORY_COUNTS = ("enqueued", "acked", "nacked", "reclaimed", "buried")
 HISTORY_GAUGES = ("ready", "handed_out", "delayed", "dead", "blocked")
 HISTOGRAM_COLUMNS = (*(column for _, column in DURATION_BUCKETS), "dur_sum_us")
