@@ -228,6 +228,3 @@ class DeadTask(Task):
         proxy = True
         verbose_name = "dead task"
         verbose_name_plural = "dead-letter queue"
-
-
-# -- queues, claimers, schedules: settings, not task state ---------------------------------------

@@ -34,8 +34,7 @@ from broker.queue.keys import UNFINISHED
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
 
-DONE, FINISHED = "done", "finished"
-POLICIES = (DONE, FINISHED)
+FINISHED = "finished"  # the after_policy that counts any end, not only done
 _EVENTS = ("unblock", "unblock_delayed", "cancel")
 _BLOCKED = State.BLOCKED.value
 _READY, _DELAYED = TRANSITIONS["unblock"][1], TRANSITIONS["unblock_delayed"][1]

@@ -20,6 +20,8 @@ _EVENTS = ("enqueue", "enqueue_delayed", "enqueue_blocked")
 _READY = TRANSITIONS["enqueue"][1]
 _DELAYED = TRANSITIONS["enqueue_delayed"][1]
 _BLOCKED = TRANSITIONS["enqueue_blocked"][1]
+# The columns the many-task statement reads: it takes no idempotency key and no key.
+_MANY_COLUMNS = tuple(c for c in sqlenqueue.NEW_VALUES if c not in ("idempotency_key", "key"))
 
 
 def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
@@ -221,8 +223,7 @@ def _enqueue_many_pg(specs: list[NewTask], in_caller_transaction: bool) -> list[
     """enqueue_many() on PostgreSQL without keys: insert, count and NOTIFY in one statement."""
     now = current_time()
     rows = [_given(spec, now) for spec in specs]
-    columns = [c for c in sqlenqueue.NEW_VALUES if c != "idempotency_key"]  # none here
-    params: dict[str, Any] = {c: [r[c] for r in rows] for c in columns}
+    params: dict[str, Any] = {c: [r[c] for r in rows] for c in _MANY_COLUMNS}
     params.update(now=now, shard=shard())
     states = params["state"]
     statement = (

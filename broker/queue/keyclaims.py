@@ -25,16 +25,17 @@ from typing import Any
 from django.db import connection
 
 from broker.models import KeyState, Task
+from broker.queue.base import current_time
 from broker.queue.keys import KEYLESS, NEVER
+from broker.queue.sql import CLAIMABLE
 
-_CLAIMABLE = "state = 'ready' AND NOT key_wait"
 IN_FLIGHT = (
     "SELECT key, count(*) FROM broker_task WHERE queue = %(queue)s AND key IS NOT NULL"
     " AND state = 'handed_out' GROUP BY key"
 )
 # The highest priority present among the queue's claimable tasks not taken yet (one probe).
 _TOP = (
-    f"SELECT priority FROM broker_task WHERE {_CLAIMABLE} AND queue >= %(queue)s"
+    f"SELECT priority FROM broker_task WHERE {CLAIMABLE} AND queue >= %(queue)s"
     " AND queue <= %(queue)s AND id <> ALL(%(taken)s) ORDER BY queue, priority LIMIT 1"
 )
 FAIR_ROUND = (
@@ -47,14 +48,14 @@ FAIR_ROUND = (
     " ORDER BY t.available_at, t.id LIMIT 1) AS c LIMIT %(most)s"
 )
 IN_ORDER = (
-    f"SELECT id, key FROM broker_task WHERE {_CLAIMABLE} AND queue >= %(queue)s"
+    f"SELECT id, key FROM broker_task WHERE {CLAIMABLE} AND queue >= %(queue)s"
     " AND queue <= %(queue)s AND (key IS NULL OR key <> ALL(%(full)s))"
     " AND id <> ALL(%(taken)s) ORDER BY queue, priority, available_at, id LIMIT %(most)s"
 )
 # A fair round that found one key alone at the top priority: that key's next tasks at the same
 # priority (the priority of the task the round took), in the order the rounds to come would take.
 MORE_OF_KEY = (
-    f"SELECT id, key FROM broker_task WHERE {_CLAIMABLE} AND queue = %(queue)s"
+    f"SELECT id, key FROM broker_task WHERE {CLAIMABLE} AND queue = %(queue)s"
     " AND COALESCE(key, '') = %(key)s"
     " AND priority = (SELECT priority FROM broker_task WHERE id = %(first)s)"
     " AND id <> ALL(%(taken)s) ORDER BY available_at, id LIMIT %(most)s"
@@ -111,8 +112,6 @@ def served(queue: str, keys: Sequence[str | None]) -> None:
         with connection.cursor() as cursor:
             cursor.execute(SERVED, {"queue": queue, "keys": order})
         return
-    from broker.queue.base import current_time
-
     for key in order:  # SQLite: one write lock anyway; times in the order taken
         KeyState.objects.update_or_create(queue=queue, key=key,
                                           defaults={"served_at": current_time()})  # fmt: skip

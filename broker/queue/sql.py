@@ -162,10 +162,7 @@ def sqlite_gated_pick(queues: list[str] | None, limit: int) -> tuple[str, list[o
 # -- claim: the restricted path (broker.queue.restricted) --------------------------------------
 
 # The restricted queues of a scope; then the rows of its limited ones, which the claim locks.
-LIMITED = (
-    "NOT paused AND (max_in_flight IS NOT NULL OR rate_per_s IS NOT NULL OR fair"
-    " OR key_max_in_flight IS NOT NULL)"
-)
+LIMITED = f"NOT paused AND {RESTRICTED}"
 # The restricted queues of a claim's scope (name, paused), and whether the scope has a claimable
 # task at all (`ready`, on every row; one row of NULLs with it when none is restricted): when it
 # has none, the claim answers nothing without locking or picking (an idle fair queue's parked
