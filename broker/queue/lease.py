@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from broker import observe
-from broker.exceptions import LeaseMismatch, TaskNotHeld
+from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
 from broker.models import Task
 from broker.queue import counters, dependencies, restricted, sql
 from broker.queue.base import (
@@ -282,6 +282,11 @@ def extend(task_id: int, *, lease_id: str, lease_ms: int) -> datetime:
         lease_deadline=deadline
     )
     if not moved:
-        state = Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
-        raise LeaseMismatch() if state == _HANDED_OUT else TaskNotHeld()
+        raise not_held(task_id)
     return deadline
+
+
+def not_held(task_id: int) -> BrokerError:
+    """Why a move under a lease matched no row: 409 while another lease holds the task, else 404."""
+    state = Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
+    return LeaseMismatch() if state == _HANDED_OUT else TaskNotHeld()

@@ -8,8 +8,9 @@ from typing import Any, Final
 
 from django.db import connection
 
-from broker.exceptions import LeaseMismatch, TaskNotHeld
+from broker.exceptions import TaskNotHeld
 from broker.queue.base import aware, current_time, storable
+from broker.queue.lease import not_held
 from broker.states import State
 
 
@@ -72,10 +73,7 @@ def progress(
         cursor.execute(statement, [*params, task_id, _HANDED_OUT, storable(lease_id)])
         row = cursor.fetchone()
         if row is None:
-            cursor.execute('SELECT "state" FROM "broker_task" WHERE "id" = %s', [task_id])
-            found = cursor.fetchone()
-            held = found is not None and found[0] == _HANDED_OUT
-            raise LeaseMismatch() if held else TaskNotHeld()
+            raise not_held(task_id)
     deadline = aware(row[0])
     if deadline is None:  # a handed-out task always has one
         raise TaskNotHeld()
