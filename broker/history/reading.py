@@ -10,11 +10,10 @@ from typing import Any
 from django.db import connection
 
 from broker.history import sql
-from broker.history.recorder import bucket
+from broker.history.recorder import GAUGE_AT, bucket, db_time, fold
 from broker.models import DURATION_BUCKETS, HISTORY_COLUMNS, HISTORY_COUNTS, HISTORY_GAUGES
 from broker.queue.base import api_time, aware, current_time
 
-_GAUGE_AT = frozenset(i for i, c in enumerate(HISTORY_COLUMNS) if c in HISTORY_GAUGES)
 _COUNT_AT = [(c, HISTORY_COLUMNS.index(c)) for c in HISTORY_COUNTS]
 _GAUGES_SHOWN = [(c, HISTORY_COLUMNS.index(c)) for c in HISTORY_GAUGES]
 _HISTOGRAM_AT = [HISTORY_COLUMNS.index(column) for _, column in DURATION_BUCKETS]
@@ -37,8 +36,8 @@ def points(asked: Range) -> list[dict[str, Any]]:
     (the current bucket always, when the range holds it)."""
     first = bucket(asked.since, asked.step)
     params: dict[str, Any] = {
-        "since": _db_time(first),
-        "until": _db_time(asked.until),
+        "since": db_time(first),
+        "until": db_time(asked.until),
         "step": asked.step,
         "queue": asked.queue,
     }
@@ -60,7 +59,7 @@ def points(asked: Range) -> list[dict[str, Any]]:
             (marks if src == MARKS else live)[queue] = [int(v or 0) for v in values]
     # Oldest first: a queue's minutes fold into its hour with the last gauge sample winning.
     for at, queue, values in sorted(found, key=lambda row: row[0]):
-        _fold(per_queue.setdefault((bucket(at, asked.step), queue), [0] * width), values)
+        fold(per_queue.setdefault((bucket(at, asked.step), queue), [0] * width), values)
     buckets: dict[datetime, list[int]] = {}
     for (start, _), values in per_queue.items():
         _add(buckets.setdefault(start, [0] * width), values)
@@ -71,12 +70,6 @@ def points(asked: Range) -> list[dict[str, Any]]:
     return [_shown(at, buckets[at]) for at in sorted(buckets)]
 
 
-def _fold(total: list[int], values: list[Any]) -> None:
-    """A later point of one queue into its bucket: counts add up, the gauges are the later's."""
-    for i, value in enumerate(values):
-        total[i] = int(value or 0) + (0 if i in _GAUGE_AT else total[i])
-
-
 def _add(total: list[int], values: list[int]) -> None:
     """One queue's bucket into the bucket of every queue: counts and gauges add up."""
     for i, value in enumerate(values):
@@ -85,12 +78,12 @@ def _add(total: list[int], values: list[int]) -> None:
 
 def _add_unrecorded(total: list[int], live: dict[str, list[int]], marks: dict[str, list[int]]):
     """The current bucket: plus what moved since each queue's mark, with the gauges now."""
-    for i in _GAUGE_AT:
+    for i in GAUGE_AT:
         total[i] = 0
     for queue, now in live.items():
         mark = marks.get(queue, [0] * len(now))
         for i, value in enumerate(now):
-            total[i] += value if i in _GAUGE_AT else value - mark[i]
+            total[i] += value if i in GAUGE_AT else value - mark[i]
 
 
 def _shown(at: datetime, values: list[int]) -> dict[str, Any]:
@@ -120,7 +113,3 @@ def quantile_ms(counts: list[int], q: float) -> float | None:
         below += n
         lower = upper
     return round(lower * 1000, 3)
-
-
-def _db_time(value: datetime) -> Any:
-    return connection.ops.adapt_datetimefield_value(value)

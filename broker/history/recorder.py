@@ -27,8 +27,8 @@ MINUTE, HOUR = 60, 3600
 RECORD_EVERY = timedelta(seconds=1)
 PRUNE_BATCH = 5000
 _ROWS_PER_STATEMENT = 200  # ~6,600 parameters: under SQLite's limit
-_GAUGE_AT = frozenset(i for i, c in enumerate(HISTORY_COLUMNS) if c in HISTORY_GAUGES)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+GAUGE_AT = frozenset(i for i, c in enumerate(HISTORY_COLUMNS) if c in HISTORY_GAUGES)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLOCK_PK = 1
 
 Values = tuple[int, ...]  # HISTORY_COLUMNS, in order
@@ -36,8 +36,8 @@ Values = tuple[int, ...]  # HISTORY_COLUMNS, in order
 
 def bucket(at: datetime, step: int) -> datetime:
     """The start of the `step`-second bucket holding `at` (UTC; buckets start at the epoch)."""
-    seconds = int((at - _EPOCH).total_seconds()) // step * step
-    return _EPOCH + timedelta(seconds=seconds)
+    seconds = int((at - EPOCH).total_seconds()) // step * step
+    return EPOCH + timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ def record(*, force: bool = False) -> Recorded | None:
         hour = bucket(at, HOUR)
         compacted = 0
         if compacted_until is None or compacted_until < hour:
-            compacted = _compact(compacted_until or _EPOCH, hour)
+            compacted = _compact(compacted_until or EPOCH, hour)
             compacted_until = hour
         pruned = _prune(at, compacted_until) if new_minute else 0
         HistoryClock.objects.filter(pk=_CLOCK_PK).update(
@@ -124,15 +124,15 @@ def _record_minute(minute: datetime, new_minute: bool) -> int:
     zero = (0,) * len(HISTORY_COLUMNS)
     points: list[tuple[Any, ...]] = []
     moved_marks: list[tuple[Any, ...]] = []
-    at = _db_time(minute)
+    at = db_time(minute)
     for queue, now in sorted(live.items()):
         mark = marks.get(queue, zero)
         change = tuple(
-            v if i in _GAUGE_AT else v - m for i, (v, m) in enumerate(zip(now, mark, strict=True))
+            v if i in GAUGE_AT else v - m for i, (v, m) in enumerate(zip(now, mark, strict=True))
         )
-        counted = any(c for i, c in enumerate(change) if i not in _GAUGE_AT)
-        gauges_moved = any(now[i] != mark[i] for i in _GAUGE_AT)
-        holding = any(now[i] for i in _GAUGE_AT)
+        counted = any(c for i, c in enumerate(change) if i not in GAUGE_AT)
+        gauges_moved = any(now[i] != mark[i] for i in GAUGE_AT)
+        holding = any(now[i] for i in GAUGE_AT)
         if counted or gauges_moved or (new_minute and holding):
             points.append((MINUTE, queue, at, *change))
         if counted or gauges_moved:
@@ -146,18 +146,13 @@ def _compact(since: datetime, until: datetime) -> int:
     """Hour points of the hours in [since, until) from their minutes: counts and histograms
     summed, the gauges of each queue's last minute. Returns how many hours were written."""
     hours: dict[tuple[str, datetime], list[int]] = {}
-    rows = _rows(sql.MINUTES_TO_COMPACT, [_db_time(since), _db_time(until)])
+    rows = _rows(sql.MINUTES_TO_COMPACT, [db_time(since), db_time(until)])
     for queue, at, *values in rows:  # by queue, then time: the last minute's gauges win
         start = bucket(aware(at) or since, HOUR)
-        total = hours.get((queue, start))
-        if total is None:
-            hours[(queue, start)] = [int(v) for v in values]
-            continue
-        for i, value in enumerate(values):
-            total[i] = int(value) if i in _GAUGE_AT else total[i] + int(value)
+        fold(hours.setdefault((queue, start), [0] * len(values)), values)
     _write(
         sql.set_points,
-        [(HOUR, queue, _db_time(start), *v) for (queue, start), v in sorted(hours.items())],
+        [(HOUR, queue, db_time(start), *v) for (queue, start), v in sorted(hours.items())],
     )
     return len(hours)
 
@@ -170,7 +165,7 @@ def _prune(at: datetime, compacted_until: datetime) -> int:
     pruned = 0
     with connection.cursor() as cursor:
         for step, before in ((MINUTE, minutes), (HOUR, hours)):
-            cursor.execute(sql.PRUNE, [step, _db_time(before), PRUNE_BATCH])
+            cursor.execute(sql.PRUNE, [step, db_time(before), PRUNE_BATCH])
             pruned += max(cursor.rowcount, 0)
     return pruned
 
@@ -186,6 +181,12 @@ def _chunks(rows: Sequence[tuple[Any, ...]], size: int) -> Iterable[Sequence[tup
     return (rows[i : i + size] for i in range(0, len(rows), size))
 
 
-def _db_time(value: datetime) -> Any:
+def fold(total: list[int], values: Sequence[Any]) -> None:
+    """A later point of one queue into its bucket: counts add up, the gauges are the later's."""
+    for i, value in enumerate(values):
+        total[i] = int(value or 0) + (0 if i in GAUGE_AT else total[i])
+
+
+def db_time(value: datetime) -> Any:
     """A datetime as a raw statement's parameter (SQLite keeps naive UTC text)."""
     return connection.ops.adapt_datetimefield_value(value)

@@ -13,6 +13,7 @@ from broker.api import parsing
 from broker.api.base import BrokerView
 from broker.api.errors import ValidationFailed
 from broker.history.reading import Range, points
+from broker.history.recorder import EPOCH
 from broker.queue.base import current_time
 from contract.limits import DEFAULT_HISTORY_RANGE_S, DEFAULT_HISTORY_STEP, HISTORY_STEPS
 
@@ -22,7 +23,6 @@ _RFC3339 = re.compile(
 )
 
 _FRACTION = re.compile(r"\.(\d+)", re.ASCII)
-_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
@@ -40,7 +40,7 @@ def _time(params: Any, name: str) -> datetime | None:
     except (ValueError, OverflowError):
         raise ValidationFailed({name: ["Not a time that exists."]}) from None
     # No point is older than the epoch or newer than 9998: a range past them is the same range.
-    return max(_EARLIEST, min(value, _LATEST))
+    return max(EPOCH, min(value, _LATEST))
 
 
 def parse_range(params: Any) -> Range:
@@ -53,9 +53,7 @@ def parse_range(params: Any) -> Range:
     if queue is not None:
         queue = parsing.queue_name(queue)
     until = _time(params, "until") or current_time()
-    since = _time(params, "since") or max(
-        _EARLIEST, until - timedelta(seconds=DEFAULT_HISTORY_RANGE_S)
-    )
+    since = _time(params, "since") or max(EPOCH, until - timedelta(seconds=DEFAULT_HISTORY_RANGE_S))
     if since > until:
         raise ValidationFailed({"since": ["Must not be after until."]})
     return Range(since=since, until=until, step=step, queue=queue)
