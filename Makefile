@@ -82,6 +82,6 @@ bench: $(STAMP)
 bench-parked: $(STAMP)
 	$(PY) bench/parked.py $(N)
 
-# Our broker beside Celery, PGQueuer and Procrastinate, measured by ../shared/peers-bench in one run.
+# Our broker beside Celery and PGQueuer (ONLY=... for others), measured by ../shared/peers-bench in one run.
 bench-peers: $(STAMP)
 	bash bench/peers.sh
