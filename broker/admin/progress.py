@@ -6,10 +6,9 @@ from __future__ import annotations
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from broker.admin.display import EMPTY
 from broker.models import Task
 from broker.states import State
-
-EMPTY = "-"
 
 
 def bar(fraction: float | None, message: str | None) -> SafeString:

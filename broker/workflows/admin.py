@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from broker.admin.display import ReadOnly, when
+from broker.admin.display import EMPTY, ReadOnly, when
 from broker.models import Workflow
 from broker.states import State
 from broker.workflows import reading
@@ -71,7 +71,7 @@ class WorkflowAdmin(ReadOnly, admin.ModelAdmin):
 
     @admin.display(description="steps by state")
     def steps(self, workflow: Workflow) -> str:
-        return ", ".join(f"{n} {s}" for s, n in self._counts(workflow).items() if n) or "-"
+        return ", ".join(f"{n} {s}" for s, n in self._counts(workflow).items() if n) or EMPTY
 
     @admin.display(description="created", ordering="created_at")
     def created(self, workflow: Workflow) -> str:
@@ -109,6 +109,6 @@ def _graph_json(object_id: str) -> dict[str, Any] | None:
 def workflow_link(task: Any) -> str:
     """For a task's admin page: its workflow (and step), linked."""
     if task.workflow_id is None:
-        return "-"
+        return EMPTY
     url = reverse("admin:broker_workflow_change", args=[task.workflow_id])
     return format_html('<a href="{}">workflow #{}</a>, step {}', url, task.workflow_id, task.ref)
