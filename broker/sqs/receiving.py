@@ -79,7 +79,8 @@ def message(
 ) -> dict[str, Any]:
     """One received message: the body, the attributes asked for, and their MD5s."""
     task = delivery.task
-    body, user, system_attributes = split_payload(task.payload)
+    stored = json.loads(task.payload)  # parsed once: the body and the deduplication id
+    body, user, system_attributes = split_payload(stored, task.payload)
     out: dict[str, Any] = {
         "MessageId": str(task.pk), "ReceiptHandle": handle(delivery),
         "MD5OfBody": attributes.md5_hex(body), "Body": body,
@@ -96,7 +97,7 @@ def message(
         known["MessageGroupId"] = task.key
     if fifo:
         known["SequenceNumber"] = sending.sequence_number(task.pk)
-        dedup_id = _deduplication_id(task.payload) if every or _DEDUP in system else None
+        dedup_id = _deduplication_id(stored) if every or _DEDUP in system else None
         if dedup_id is not None:
             known[_DEDUP] = dedup_id
     if task.checkpoint is not None:
@@ -120,16 +121,15 @@ def _asked(name: str, wanted: list[str]) -> bool:
     )
 
 
-def _deduplication_id(payload: str) -> str | None:
-    value = json.loads(payload)
+def _deduplication_id(value: Any) -> str | None:
     found = value.get("deduplication_id") if isinstance(value, dict) else None
     return found if isinstance(found, str) else None
 
 
-def split_payload(payload: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(Body, message attributes, system attributes) of a stored payload: one sent over SQS,
-    or any other (a native task): a JSON string is its text, other JSON its text as stored."""
-    value = json.loads(payload)
+def split_payload(value: Any, payload: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(Body, message attributes, system attributes) of a stored payload (`value` parsed from
+    the JSON text `payload`): one sent over SQS, or any other (a native task): a JSON string is
+    its text, other JSON its text as stored."""
     if (
         isinstance(value, dict)
         and isinstance(value.get("body"), str)
