@@ -306,7 +306,8 @@ class BrokerClient(BatchVerbs):
         url = self._task_url(task_id, "progress", lease_id)
         if lease_ms is not None:
             url += f"&lease_ms={lease_ms}"
-        response = self._send("POST", url, until=self._until((lease_id,)), body=report)
+        # held, as extend: a report (the heartbeat's, which extends) retried through an outage.
+        response = self._send("POST", url, until=self._until((lease_id,)), body=report, held=True)
         if response is None:
             return False
         status = response.status_code

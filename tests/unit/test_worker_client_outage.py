@@ -24,6 +24,11 @@ SETTLE_CALLS: dict[str, tuple[str, Callable[[BrokerClient], Any], Reply]] = {
         lambda c: c.extend("t1", "lease-t1", 1000),
         Reply(200, {"deadline": "2026-01-01T00:00:00.000Z"}),
     ),
+    "progress": (
+        "/jobs/t1/progress",
+        lambda c: c.progress("t1", "lease-t1", {"fraction": 0.5}, 1000),
+        Reply(200, {"deadline": "2026-01-01T00:00:00.000Z"}),
+    ),
     "batch ack": (
         "/jobs/ack",
         lambda c: c.settle([("t1", "lease-t1", None)], []) == [204],
