@@ -136,7 +136,7 @@ def claim_wait(
         # Park first, then look once: a task made ready before the look is found by it, one
         # after wakes the parked claim. One claim query to open an idle poll, not two; parking
         # in the hub costs microseconds. While the database is away, no look (as below).
-        waiter = hub.park(frozenset(queues) if queues else None)
+        waiter = _park(queues)
         wait = _Wait(waiter, deadline, _away() if hub.away else None)
         return _claim_parked(parking, wait, True, queues, lease_ms, limit, worker, gone)
     # A busy queue answers at once, without the bookkeeping of parking. Not while the listener
@@ -148,7 +148,7 @@ def claim_wait(
         return got
     # Park, then look again before waiting: a task that became ready between the first look and
     # the park has already sent its wake-up, which only a parked claim would have heard.
-    waiter = hub.park(frozenset(queues) if queues else None)
+    waiter = _park(queues)
     # A wake taken but not yet looked at by a claim that completed: if we leave before (client
     # gone, claim raised), unpark passes it to the next claimer, or its task would sit ready.
     held: str | None = None
@@ -164,10 +164,7 @@ def claim_wait(
                 if got:
                     return got
             look_again = _look_again_at(getattr(got, "retry_in", None))
-            # Give the connection back (to the pool on PostgreSQL) for the whole wait; not when a
-            # caller's transaction holds it (tests, transactional callers).
-            if not connection.in_atomic_block:
-                connection.close()
+            _let_go()
             while True:
                 now = time.monotonic()
                 remaining = deadline - now
@@ -175,9 +172,8 @@ def claim_wait(
                     return _last_look(queues, lease_ms, limit, worker, lost)
                 if now >= look_again:
                     break  # a rate limit's next token: no wake-up announces one
-                # Connected but deaf (behind a transaction-mode pooler): poll. Away: the
-                # listener's reconnection wakes every parked claim.
-                deaf = connection.vendor == "postgresql" and not hub.listening and not hub.away
+                # Deaf: poll. Away: the listener's reconnection wakes every parked claim.
+                deaf = _deaf()
                 tick = DEGRADED_POLL_S if deaf else GONE_CHECK_S
                 if waiter.event.wait(min(remaining, tick, max(look_again - now, 0))):
                     break
@@ -235,21 +231,36 @@ def _claim_parked(
                 if got:
                     return got
             look_again = _look_again_at(getattr(got, "retry_in", None))
-            if not connection.in_atomic_block:
-                connection.close()
+            _let_go()
             now = time.monotonic()
             if now >= wait.deadline:
                 return _last_look(queues, lease_ms, limit, worker, wait.lost)
             if now >= look_again:
                 continue
-            deaf = connection.vendor == "postgresql" and not hub.listening and not hub.away
+            deaf = _deaf()
             due = min(wait.deadline, look_again, now + DEGRADED_POLL_S if deaf else math.inf)
             slot.wait = wait
             parked = True
             raise Parked(due)
     finally:
         if not parked:
-            hub.unpark(wait.waiter, wait.held)
+            wait.release()
+
+
+def _park(queues: list[str] | None) -> Waiter:
+    return hub.park(frozenset(queues) if queues else None)
+
+
+def _let_go() -> None:
+    """Give the connection back (to the pool on PostgreSQL) for the whole wait; not when a
+    caller's transaction holds it (tests, transactional callers)."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+def _deaf() -> bool:
+    """Connected but deaf (behind a transaction-mode pooler): parked claims poll the database."""
+    return connection.vendor == "postgresql" and not hub.listening and not hub.away
 
 
 def _last_look(
