@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -188,7 +188,12 @@ def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Gr
                 at = flights[0][0]
                 in_flight = {name: int(n) for _, name, n in flights}
                 grants = [grant(row[:5], in_flight[row[0]], at, hand.limit) for row in rows]
-        found = _claim_keyed(cursor, hand, [g for g in grants if g.name in keyed], keyed)
+
+        def hand_out(ids: list[int]) -> list[tuple[Any, ...]]:
+            cursor.execute(sql.CLAIM_IDS, {**hand.params(), "ids": ids})
+            return cursor.fetchall()
+
+        found = _claim_keyed(hand, [g for g in grants if g.name in keyed], keyed, hand_out)
         allowed = [g for g in grants if g.most > 0 and g.name not in keyed]
         if len(found) < hand.limit:
             # A keyed queue is restricted, so this takes from it only what _claim_keyed did.
@@ -203,10 +208,14 @@ def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Gr
 
 
 def _claim_keyed(
-    cursor: Any, hand: Hand, grants: list[Grant], keyed: dict[str, tuple[bool, int | None]]
+    hand: Hand,
+    grants: list[Grant],
+    keyed: dict[str, tuple[bool, int | None]],
+    hand_out: Callable[[list[int]], list[tuple[Any, ...]]],
 ) -> list[tuple[Any, ...]]:
     """Claim from the fair or key-limited queues among `grants` (their rows locked), each as
-    broker.queue.keyclaims picks; the keys served move on."""
+    broker.queue.keyclaims picks, `hand_out` handing the picked ids out (the database's way);
+    the keys served move on."""
     found: list[tuple[Any, ...]] = []
     for g in grants:
         most = min(g.most, hand.limit - len(found))
@@ -214,9 +223,8 @@ def _claim_keyed(
         picked = keyclaims.pick(g.name, most, fair=fair, key_max=key_max)
         if not picked:
             continue
-        cursor.execute(sql.CLAIM_IDS, {**hand.params(), "ids": [pk for pk, _ in picked]})
         order = {pk: i for i, (pk, _) in enumerate(picked)}
-        claimed = sorted(cursor.fetchall(), key=lambda row: order[row[0]])  # as picked
+        claimed = sorted(hand_out(list(order)), key=lambda row: order[row[0]])  # as picked
         found += claimed
         if fair:
             taken = {row[0] for row in claimed}
@@ -262,20 +270,16 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
             for n, _, m, r, t, at_, _, _ in limited
         ]
         keyed = {row[0]: (row[6], row[7]) for row in limited if row[6] or row[7] is not None}
-        claimed: list[tuple[Any, ...]] = []
-        for g in (g for g in grants if g.name in keyed):
-            fair, key_max = keyed[g.name]
-            picked = keyclaims.pick(
-                g.name, min(g.most, hand.limit - len(claimed)), fair=fair, key_max=key_max
-            )
-            order = {pk: i for i, (pk, _) in enumerate(picked)}
+
+        def hand_out(ids: list[int]) -> list[tuple[Any, ...]]:
+            order = {pk: i for i, pk in enumerate(ids)}
             rows_of = sorted(
-                Task.objects.filter(pk__in=order).values_list(*sql.CLAIM_COLUMNS),
+                Task.objects.filter(pk__in=ids).values_list(*sql.CLAIM_COLUMNS),
                 key=lambda row: order[row[0]],
             )
-            claimed += hand_out_generic(hand, rows_of)
-            if fair:
-                keyclaims.served(g.name, [key for _, key in picked])
+            return hand_out_generic(hand, rows_of)
+
+        claimed = _claim_keyed(hand, [g for g in grants if g.name in keyed], keyed, hand_out)
         others = [g for g in grants if g.name not in keyed]
         found = _pick_generic(hand, [row[0] for row in rows], others, hand.limit - len(claimed))
         claimed += hand_out_generic(hand, found)
