@@ -11,7 +11,7 @@ from django.db import transaction
 
 from broker import queue
 from broker.exceptions import BrokerError, InvalidFields
-from broker.models import CounterDelta, Queue, QueueCounter, SqsQueue
+from broker.models import GAUGE_COLUMNS, CounterDelta, Queue, QueueCounter, SqsQueue
 from broker.queue import keys, restricted
 from broker.queue.base import current_time
 from broker.queue.counters import LEGACY_QUEUE
@@ -19,7 +19,7 @@ from broker.wakeup import announce
 from contract.limits import MAX_IN_FLIGHT, MAX_RATE_PER_S, QUEUE_MESSAGE, QUEUE_RE
 
 FIELDS = ("paused", "max_in_flight", "rate_per_s", "fair", "key_max_in_flight", "ordered")
-GAUGES = ("ready", "handed_out", "delayed", "dead", "blocked")
+GAUGES = GAUGE_COLUMNS  # the gauges of /queues, in that order
 # Parked claimers of a queue woken when its settings loosen: each looks once, those that find
 # nothing park again.
 WAKE_ON_CHANGE = 1000

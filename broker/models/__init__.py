@@ -5,6 +5,8 @@ from broker.models.counters import (
     COUNTER_COLUMNS,
     COUNTER_SHARDS,
     DURATION_BUCKETS,
+    GAUGE_COLUMNS,
+    HISTOGRAM_COLUMNS,
     CounterDelta,
     QueueCounter,
 )
@@ -29,9 +31,9 @@ from broker.models.settings import (
 from broker.models.tasks import DeadTask, Dependency, Task, TaskError, TaskQuerySet, Workflow
 
 __all__ = [
-    "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "HISTORY_COLUMNS", "HISTORY_COUNTS",
-    "HISTORY_GAUGES", "RESTRICTED", "ClaimScope", "CounterDelta", "DeadTask", "Dependency",
-    "HistoryClock", "HistoryMark", "HistoryPoint", "KeyState", "Queue", "QueueCounter",
-    "ReclaimHold", "Schedule", "SqsDedup", "SqsQueue", "Task", "TaskError", "TaskQuerySet",
-    "Workflow",
+    "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
+    "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "ClaimScope",
+    "CounterDelta", "DeadTask", "Dependency", "HistoryClock", "HistoryMark", "HistoryPoint",
+    "KeyState", "Queue", "QueueCounter", "ReclaimHold", "Schedule", "SqsDedup", "SqsQueue", "Task",
+    "TaskError", "TaskQuerySet", "Workflow",
 ]  # fmt: skip

@@ -9,9 +9,9 @@ from broker.states import COUNTERS, GAUGE_STATES
 COUNTER_SHARDS = 16
 
 
-def _counter_columns(model: type[models.Model]) -> None:
-    """Give a counter model one BigIntegerField per counter, gauge and histogram column."""
-    for column in COUNTER_COLUMNS:
+def add_columns(model: type[models.Model], columns: tuple[str, ...]) -> None:
+    """Give a counter-like model one BigIntegerField (0 by default) per column."""
+    for column in columns:
         model.add_to_class(column, models.BigIntegerField(default=0, db_default=0))
 
 
@@ -73,11 +73,11 @@ DURATION_BUCKETS: tuple[tuple[float, str], ...] = (
 
 # Every column a counter row holds, in table order: the lifetime counters, the live-state gauges
 # (named after their states), then the processing-time histogram.
-COUNTER_COLUMNS: tuple[str, ...] = (
-    *COUNTERS,
-    *(state.value for state in GAUGE_STATES),
+HISTOGRAM_COLUMNS = (
     *(column for _, column in DURATION_BUCKETS),
     "dur_sum_us",  # microseconds: integer sums stay exact
 )
-_counter_columns(QueueCounter)
-_counter_columns(CounterDelta)
+GAUGE_COLUMNS = tuple(state.value for state in GAUGE_STATES)
+COUNTER_COLUMNS: tuple[str, ...] = (*COUNTERS, *GAUGE_COLUMNS, *HISTOGRAM_COLUMNS)
+add_columns(QueueCounter, COUNTER_COLUMNS)
+add_columns(CounterDelta, COUNTER_COLUMNS)

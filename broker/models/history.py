@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from django.db import models
 
-from broker.models.counters import DURATION_BUCKETS
+from broker.models.counters import GAUGE_COLUMNS, HISTOGRAM_COLUMNS, add_columns
 
 # What a history point holds: the contract's counts (moved in the bucket), the live-state gauges
 # (the bucket's last sample) and the processing-time histogram of the bucket's acks and nacks.
 HISTORY_COUNTS = ("enqueued", "acked", "nacked", "reclaimed", "buried")
-HISTORY_GAUGES = ("ready", "handed_out", "delayed", "dead", "blocked")
-HISTOGRAM_COLUMNS = (*(column for _, column in DURATION_BUCKETS), "dur_sum_us")
+HISTORY_GAUGES = GAUGE_COLUMNS
 HISTORY_COLUMNS = (*HISTORY_COUNTS, *HISTORY_GAUGES, *HISTOGRAM_COLUMNS)
-
-
-def _history_columns(model: type[models.Model]) -> None:
-    for column in HISTORY_COLUMNS:
-        model.add_to_class(column, models.BigIntegerField(default=0, db_default=0))
 
 
 class HistoryPoint(models.Model):
@@ -50,8 +44,8 @@ class HistoryMark(models.Model):
         return f"history mark of {self.queue}"
 
 
-_history_columns(HistoryPoint)
-_history_columns(HistoryMark)
+add_columns(HistoryPoint, HISTORY_COLUMNS)
+add_columns(HistoryMark, HISTORY_COLUMNS)
 
 
 class HistoryClock(models.Model):

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from broker.models import COUNTER_COLUMNS, DURATION_BUCKETS, CounterDelta
+from broker.models import COUNTER_COLUMNS, GAUGE_COLUMNS, HISTOGRAM_COLUMNS, CounterDelta
 from broker.queue import sqlparts
 from broker.queue.base import shard
 from broker.states import COUNTERS, GAUGE_STATES, TRANSITIONS
@@ -104,11 +104,11 @@ def stats() -> dict[str, Any]:
         "gauges": {state: sums[state] for state in _GAUGES_IN_ORDER},
         "totals": {name: sums[name] for name in COUNTERS},
         "queues": dict(sorted(per_queue.items())),
-        "histogram": {c: sums[c] for c in (*(c for _, c in DURATION_BUCKETS), "dur_sum_us")},
+        "histogram": {c: sums[c] for c in HISTOGRAM_COLUMNS},
     }
 
 
-_GAUGES_IN_ORDER = tuple(state.value for state in GAUGE_STATES)
+_GAUGES_IN_ORDER = GAUGE_COLUMNS
 
 
 def totals() -> dict[str, int]:
