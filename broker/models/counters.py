@@ -71,13 +71,13 @@ DURATION_BUCKETS: tuple[tuple[float, str], ...] = (
 )
 
 
-# Every column a counter row holds, in table order: the lifetime counters, the live-state gauges
-# (named after their states), then the processing-time histogram.
 HISTOGRAM_COLUMNS = (
     *(column for _, column in DURATION_BUCKETS),
     "dur_sum_us",  # microseconds: integer sums stay exact
 )
-GAUGE_COLUMNS = tuple(state.value for state in GAUGE_STATES)
+GAUGE_COLUMNS = tuple(state.value for state in GAUGE_STATES)  # the live-state gauges
+# Every column a counter row holds, in table order: the lifetime counters, the live-state gauges
+# (named after their states), then the processing-time histogram.
 COUNTER_COLUMNS: tuple[str, ...] = (*COUNTERS, *GAUGE_COLUMNS, *HISTOGRAM_COLUMNS)
 add_columns(QueueCounter, COUNTER_COLUMNS)
 add_columns(CounterDelta, COUNTER_COLUMNS)

@@ -97,18 +97,15 @@ def stats() -> dict[str, Any]:
     for queue, *values in rows:
         named = dict(zip(COUNTER_COLUMNS, (int(v or 0) for v in values), strict=True))
         sums.update(named)
-        gauges = {state: named[state] for state in _GAUGES_IN_ORDER}
+        gauges = {state: named[state] for state in GAUGE_COLUMNS}
         if queue != LEGACY_QUEUE and any(gauges.values()):
             per_queue[queue] = gauges
     return {
-        "gauges": {state: sums[state] for state in _GAUGES_IN_ORDER},
+        "gauges": {state: sums[state] for state in GAUGE_COLUMNS},
         "totals": {name: sums[name] for name in COUNTERS},
         "queues": dict(sorted(per_queue.items())),
         "histogram": {c: sums[c] for c in HISTOGRAM_COLUMNS},
     }
-
-
-_GAUGES_IN_ORDER = GAUGE_COLUMNS
 
 
 def totals() -> dict[str, int]:
