@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 from django.db.models import Count, F, QuerySet, Window
 from django.db.models.functions import Length, RowNumber, Substr
@@ -122,20 +121,6 @@ def list_tasks(
         if workflow is None:
             raise ValidationFailed({"workflow": ["Not a workflow id this API gave out."]})
         filters["workflow_id"] = workflow
-    limit = parsing.query_int(params, "limit", DEFAULT_LIMIT, minimum=1, cap=MAX_LIMIT)
-    cursor = params.get("cursor")
-    qs = _cut(tasks.filter(**filters), IN_LISTS).order_by("-pk")
-    if cursor:
-        after = parsing.task_id(cursor)
-        if after is None:
-            raise ValidationFailed({"cursor": ["Not a cursor this API gave out."]})
-        qs = qs.filter(pk__lt=after)
-    page = list(qs[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
-    next_url = None
-    if more and page:
-        query = {k: v for k, v in params.items() if k != "cursor"}
-        query["cursor"] = str(page[-1].pk)
-        next_url = request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
+    rows = _cut(tasks.filter(**filters), IN_LISTS)
+    page, next_url = parsing.newest_first(request, rows, DEFAULT_LIMIT, MAX_LIMIT)
     return Response({"results": _with_errors(page, IN_LISTS), "next": next_url})

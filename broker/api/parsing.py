@@ -6,7 +6,9 @@ import json
 import math
 import re
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from broker import validation
@@ -152,6 +154,29 @@ def query_int(
     if value < minimum:
         raise ValidationFailed({name: [f"Must be at least {minimum}."]})
     return min(value, cap) if cap is not None else value
+
+
+def newest_first(
+    request: HttpRequest, rows: QuerySet[Any], default: int, cap: int
+) -> tuple[list[Any], str | None]:
+    """One page of `rows`, newest first from after ?cursor= (the last id of the page before),
+    at most ?limit=; and the next page's URL, None on the last page."""
+    params = request.GET
+    limit = query_int(params, "limit", default, minimum=1, cap=cap)
+    rows = rows.order_by("-pk")
+    cursor = params.get("cursor")
+    if cursor:
+        after = task_id(cursor)
+        if after is None:
+            raise ValidationFailed({"cursor": ["Not a cursor this API gave out."]})
+        rows = rows.filter(pk__lt=after)
+    page = list(rows[: limit + 1])
+    if len(page) <= limit:
+        return page, None
+    page = page[:limit]
+    query = {k: v for k, v in params.items() if k != "cursor"}
+    query["cursor"] = str(page[-1].pk)
+    return page, request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
 
 
 def queue_list(raw: str | list[str] | None, name: str = "queue") -> list[str] | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -53,20 +51,7 @@ class WorkflowsView(BrokerView):
             if len(name) > MAX_WORKFLOW_NAME or "\x00" in name:
                 raise ValidationFailed({"name": ["Not a workflow name."]})
             found = found.filter(name=name)
-        limit = parsing.query_int(params, "limit", DEFAULT_PAGE_SIZE, minimum=1, cap=MAX_PAGE_SIZE)
-        cursor = params.get("cursor")
-        if cursor:
-            before = parsing.task_id(cursor)
-            if before is None:
-                raise ValidationFailed({"cursor": ["Not a cursor this API gave out."]})
-            found = found.filter(pk__lt=before)
-        page = list(found.order_by("-pk")[: limit + 1])
-        next_url = None
-        if len(page) > limit:
-            page = page[:limit]
-            query = {k: v for k, v in params.items() if k != "cursor"}
-            query["cursor"] = str(page[-1].pk)
-            next_url = request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
+        page, next_url = parsing.newest_first(request, found, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         return Response({"results": reading.summaries(page), "next": next_url})
 
 
