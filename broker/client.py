@@ -123,14 +123,10 @@ def submit_workflow(name: str, steps: Sequence[dict[str, Any]]) -> tuple[str, di
     Raises InvalidTaskError (a ValueError) naming each problem as the API would
     (`steps.3.after.0`, a cycle, a bad job).
     """
-    from broker import queue as broker_queue
     from broker.workflows import graph
 
     try:
-        checked_name, checked_steps = graph.checked({"name": name, "steps": list(steps)})
+        workflow_id, tasks = graph.submit({"name": name, "steps": list(steps)})
     except graph.WorkflowError as exc:
         raise InvalidTaskError(exc.fields) from None
-    workflow_id, tasks = broker_queue.enqueue_graph(
-        checked_name, [(s.ref, s.task, s.after, s.after_policy) for s in checked_steps]
-    )
     return str(workflow_id), {ref: str(pk) for ref, pk in tasks.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from broker import validation
+from broker import queue, validation
 from broker.exceptions import InvalidFields, InvalidTaskError
 from broker.queue import NewTask
 from contract import limits
@@ -50,6 +50,13 @@ def checked(body: Any) -> tuple[str, list[Step]]:
     if found:
         raise WorkflowError(found)
     return str(name), steps
+
+
+def submit(body: Any) -> tuple[int, dict[str, int]]:
+    """Check a workflow (raises WorkflowError) and enqueue it, all or nothing: (its id, {ref:
+    task id})."""
+    name, steps = checked(body)
+    return queue.enqueue_graph(name, [(s.ref, s.task, s.after, s.after_policy) for s in steps])
 
 
 def _steps(raw: list[Any], found: dict[str, list[str]]) -> list[Step]:

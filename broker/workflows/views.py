@@ -27,12 +27,9 @@ class WorkflowsView(BrokerView):
 
     def post(self, request: Request) -> Response:
         try:
-            name, steps = graph.checked(parsing.read_object(request))
+            workflow_id, tasks = graph.submit(parsing.read_object(request))
         except graph.WorkflowError as exc:
             raise ValidationFailed(exc.fields) from exc
-        workflow_id, tasks = queue.enqueue_graph(
-            name, [(s.ref, s.task, s.after, s.after_policy) for s in steps]
-        )
         return Response(
             {"id": str(workflow_id), "tasks": {ref: str(pk) for ref, pk in tasks.items()}},
             status=201,
