@@ -145,13 +145,15 @@ def ensure_rows(names_: list[str]) -> None:
 def _apply(row: Queue, changes: dict[str, Any]) -> bool:
     """Set `changes` on `row`; whether claims may now take more than before."""
     loosened = False
-    if "paused" in changes:
-        loosened |= row.paused and not changes["paused"]
-        row.paused = changes["paused"]
-    if "max_in_flight" in changes:
-        new, old = changes["max_in_flight"], row.max_in_flight
-        loosened |= old is not None and (new is None or new > old)
-        row.max_in_flight = new
+    for flag in ("paused", "fair", "ordered"):  # turned off: claims may take more
+        if flag in changes:
+            loosened |= getattr(row, flag) and not changes[flag]
+            setattr(row, flag, changes[flag])
+    for cap in ("max_in_flight", "key_max_in_flight"):  # raised or lifted: likewise
+        if cap in changes:
+            new, old = changes[cap], getattr(row, cap)
+            loosened |= old is not None and (new is None or new > old)
+            setattr(row, cap, new)
     if "rate_per_s" in changes:
         new_rate, old_rate = changes["rate_per_s"], row.rate_per_s
         at = current_time()
@@ -164,14 +166,6 @@ def _apply(row: Queue, changes: dict[str, Any]) -> bool:
             row.tokens, row.refilled_at = min(held, max(1.0, float(new_rate))), at
         loosened |= old_rate is not None and (new_rate is None or new_rate > old_rate)
         row.rate_per_s = None if new_rate is None else float(new_rate)
-    if "key_max_in_flight" in changes:
-        new, old = changes["key_max_in_flight"], row.key_max_in_flight
-        loosened |= old is not None and (new is None or new > old)
-        row.key_max_in_flight = new
-    for flag in ("fair", "ordered"):
-        if flag in changes:
-            loosened |= getattr(row, flag) and not changes[flag]
-            setattr(row, flag, changes[flag])
     return loosened
 
 
