@@ -106,16 +106,12 @@ class Heartbeat:
     def finish(self, task_id: str, lease_id: str) -> None:
         """Stop extending this lease, then send its waiting report, if any (call before the
         ack or nack): the task ends showing its last progress and checkpoint."""
-        lease = (task_id, lease_id)
         with self._cond:
-            self._due.pop(lease, None)
-            self._wait_idle(lease)
-            report = self._reports.pop(lease, None)
-        if report is not None:
-            try:
-                self._send(task_id, lease_id, report, extend=False)
-            except Exception:
-                log.exception("the last report of task %s failed", task_id)
+            self._due.pop((task_id, lease_id), None)  # no beat of it starts after this
+        try:
+            self.flush(task_id, lease_id)
+        except Exception:
+            log.exception("the last report of task %s failed", task_id)
 
     def close(self) -> None:
         """Stop the thread and wait for it (an extend in flight finishes first)."""
