@@ -4,6 +4,8 @@ wake-up latency on a fresh PostgreSQL database.
 Starts gunicorn from gunicorn.conf.py (plus a second broker process for the cross-process wake test)
 and the sweeper, then measures with http.client (one keep-alive connection per thread) and prints a
 table; the figures also go to bench-out/bench.json. Not a test: nothing here passes or fails.
+`python bench/bench.py keys` measures the key claims alone, `python bench/bench.py wake` the
+wake-ups alone (a claim parked on the node, the task sent to the same node and to the second one).
 """
 
 from __future__ import annotations
@@ -305,8 +307,9 @@ def everything(
 
 
 def main() -> None:
-    only_keys = sys.argv[1:] == ["keys"]  # `python bench/bench.py keys`: the key claims alone
-    results: dict[str, Any] = {} if only_keys else dict(inprocess())
+    # `python bench/bench.py keys` (or `wake`): that part alone.
+    only = sys.argv[1] if sys.argv[1:] in (["keys"], ["wake"]) else None
+    results: dict[str, Any] = {} if only else dict(inprocess())
     out = ROOT / "bench-out"
     out.mkdir(exist_ok=True)
     with broker_database("bench_broker") as (dsn, env):
@@ -327,14 +330,19 @@ def main() -> None:
             wait_healthy(port_b)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 checkpoint(conn)
-            if only_keys:
+            if only == "keys":
                 results.update(key_claims(dsn, port))
+            elif only == "wake":
+                for name, (parked, enqueue) in {"": (port, port), "cross_": (port, port_b)}.items():
+                    p50, p99 = wake(parked, enqueue)
+                    results[f"wake_{name}p50_ms"] = round(p50, 2)
+                    results[f"wake_{name}p99_ms"] = round(p99, 2)
             else:
                 everything(results, dsn, port, port_b, procs)
         finally:
             for p in procs:
                 stop(p, signal.SIGINT)
-    report(results, out / ("bench-keys.json" if only_keys else "bench.json"))
+    report(results, out / (f"bench-{only}.json" if only else "bench.json"))
 
 
 def report(results: dict[str, object], to: Path) -> None:

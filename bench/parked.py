@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 N = int(os.environ.get("BENCH_PARKED_N", "10000"))
 RATE = float(os.environ.get("BENCH_PARKED_RATE", "1500"))
-WAKE_N = 100
+WAKE_N = 200  # as the peers harness: a p99 of 100 samples would be their maximum
 PROBES = 200
 IDLE_QUEUE, WAKE_QUEUE, PROBE_QUEUE, SQS_QUEUE = "parked", "parked-wake", "parked-probe", "parked"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
