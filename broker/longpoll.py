@@ -175,7 +175,7 @@ def claim_wait(
                 # Deaf: poll. Away: the listener's reconnection wakes every parked claim.
                 deaf = _deaf()
                 tick = DEGRADED_POLL_S if deaf else GONE_CHECK_S
-                if waiter.event.wait(min(remaining, tick, max(look_again - now, 0))):
+                if hub.wait(waiter, min(remaining, tick, max(look_again - now, 0))):
                     break
                 if gone():
                     return []

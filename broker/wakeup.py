@@ -33,12 +33,18 @@ ANY_QUEUE = "*"
 
 
 class Waiter:
-    """One parked claim: a thread waits on `event`, or the parking loop is told by `on_wake`."""
+    """One parked claim: the parking loop is told by `on_wake`, or a thread waits (Hub.wait).
 
-    __slots__ = ("event", "on_wake", "queues", "seq", "woken_for")
+    `woken` says a wake came since the last take. The Event a thread needs is made only when one
+    waits: a claim parked in the loop never does, and ten thousand of them would carry ten
+    thousand Events (a Condition, a lock, a deque each) for the garbage collector to walk.
+    """
+
+    __slots__ = ("event", "on_wake", "queues", "seq", "woken", "woken_for")
 
     def __init__(self, queues: frozenset[str] | None) -> None:
-        self.event = threading.Event()
+        self.woken = False
+        self.event: threading.Event | None = None
         self.queues = queues
         self.woken_for: str | None = None
         self.on_wake: Callable[[], None] | None = None
@@ -46,7 +52,9 @@ class Waiter:
 
     def signal(self) -> None:
         """Wake it (under the hub's lock)."""
-        self.event.set()
+        self.woken = True
+        if self.event is not None:
+            self.event.set()
         if self.on_wake is not None:
             self.on_wake()
 
@@ -96,8 +104,20 @@ class Hub:
         to the caller: the event is cleared, and a wake that comes later sets it again."""
         with self._lock:
             woken_for, waiter.woken_for = waiter.woken_for, None
-            waiter.event.clear()
+            waiter.woken = False
+            if waiter.event is not None:
+                waiter.event.clear()
         return woken_for
+
+    def wait(self, waiter: Waiter, timeout: float) -> bool:
+        """Block this thread until `waiter` is woken (True) or `timeout` seconds pass."""
+        with self._lock:
+            if waiter.event is None:
+                waiter.event = threading.Event()
+                if waiter.woken:
+                    waiter.event.set()
+            event = waiter.event
+        return event.wait(timeout)
 
     def unpark(self, waiter: Waiter, unused: str | None = None) -> None:
         """Remove a waiter. A wake it will not use goes to the next waiter of that queue: `unused`,
@@ -123,7 +143,7 @@ class Hub:
             while woken < count and groups:
                 first: Waiter | None = None
                 for group in list(groups):
-                    head = next((w for w in group if not w.event.is_set()), None)
+                    head = next((w for w in group if not w.woken), None)
                     if head is None:
                         groups.remove(group)  # every one of them already has a wake
                     elif first is None or head.seq < first.seq:

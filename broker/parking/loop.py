@@ -238,8 +238,8 @@ class ParkingLoop:
             return
         heapq.heappush(self._timers, (poll.due, next(self._seq), poll))
         wait.waiter.on_wake = lambda: self._on_wake(poll)
-        # A wake that came while the request unwound set the event before on_wake was there.
-        if wait.waiter.event.is_set() and self._take(poll):
+        # A wake that came while the request unwound marked it woken before on_wake was there.
+        if wait.waiter.woken and self._take(poll):
             self._resume(poll)
 
     def _take(self, poll: ParkedPoll) -> bool:

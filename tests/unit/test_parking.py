@@ -25,21 +25,21 @@ def test_hub__wake__longest_without_a_wake_first_across_queue_groups(hub: Hub) -
     a2 = hub.park(frozenset({"a"}))
     b = hub.park(frozenset({"b"}))
     assert hub.wake("a", 2) == 2
-    assert (a1.event.is_set(), every.event.is_set(), a2.event.is_set()) == (True, True, False)
-    assert not b.event.is_set()
+    assert (a1.woken, every.woken, a2.woken) == (True, True, False)
+    assert not b.woken
     # Woken ones went to the back; a2 has waited longest among those not yet woken.
-    assert hub.wake("a", 5) == 1 and a2.event.is_set()
+    assert hub.wake("a", 5) == 1 and a2.woken
     hub.take(a1)
-    assert hub.wake("a", 1) == 1 and every.event.is_set() and a1.event.is_set()
+    assert hub.wake("a", 1) == 1 and every.woken and a1.woken
 
 
 def test_hub__unpark__passes_an_unused_wake_to_the_next_waiter_and_counts(hub: Hub) -> None:
     first = hub.park(frozenset({"q"}))
     second = hub.park(frozenset({"q"}))
     hub.wake("q", 1)
-    assert first.event.is_set() and hub.parked() == 2
+    assert first.woken and hub.parked() == 2
     hub.unpark(first)  # never looked: its wake goes on
-    assert second.event.is_set() and second.woken_for == "q" and hub.parked() == 1
+    assert second.woken and second.woken_for == "q" and hub.parked() == 1
     hub.unpark(second, hub.take(second))
     assert hub.parked() == 0
     hub.unpark(second)  # twice: nothing
