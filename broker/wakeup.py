@@ -1,7 +1,7 @@
 """Parked long-polls and what wakes them: LISTEN/NOTIFY on PostgreSQL, a light poll on SQLite.
 
-One hub per process. Each parked claim is a `Waiter` with its own Event (and, parked in gunicorn's
-parking loop rather than a thread, a callback that tells the loop); a notification for a queue
+One hub per process. Each parked claim is a `Waiter`: a callback tells gunicorn's parking loop,
+or an Event, made when a thread waits, wakes that thread (Hub.wait); a notification for a queue
 wakes as many waiters of that queue as it names tasks (FIFO), not all of them, so 200 parked claims
 cost one claim query per new task, not 200. One thread per process listens (PostgreSQL) or polls
 (SQLite); parked requests never touch the database while they wait. The listening connection is
@@ -101,7 +101,8 @@ class Hub:
 
     def take(self, waiter: Waiter) -> str | None:
         """The queue of the wake `waiter` received since its last look (None: none came), handed
-        to the caller: the event is cleared, and a wake that comes later sets it again."""
+        to the caller: `woken` is cleared (and the Event, if a thread waits), and a wake that
+        comes later sets it again."""
         with self._lock:
             woken_for, waiter.woken_for = waiter.woken_for, None
             waiter.woken = False
