@@ -94,14 +94,19 @@ def rss_mb(proc: subprocess.Popen) -> float:
 
 
 @contextmanager
-def broker_database(prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
+def broker_database(prefix: str, durable: bool = True) -> Iterator[tuple[str, dict[str, str]]]:
     """A fresh, migrated PostgreSQL database, and the environment of a broker on it: (its URL,
-    the environment). Dropped afterwards, whoever still holds a connection."""
+    the environment). Dropped afterwards, whoever still holds a connection.
+
+    durable=False: its commits do not wait for the disk (synchronous_commit off), a diagnostic
+    that tells the broker's own latency from this host's fsync stalls; never how it runs."""
     import psycopg
 
     name = f"{prefix}_{int(time.time())}"
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+        if not durable:
+            conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     dsn = f"{PG}/{name}"
     env = dict(
         os.environ, DATABASE_URL=dsn, DEBUG="False", SECRET_KEY="bench-only",

@@ -2,9 +2,11 @@
 long-polls, and what it costs (issue 24's table).
 
 N idle polls (default 10 000), a third each GET /jobs/next (wait_ms=30000), POST /jobs/claim
-(wait_ms=30000) and SQS ReceiveMessage (WaitTimeSeconds=20), on queues nobody sends to; plus
+(wait_ms=30000) and SQS ReceiveMessage (WaitTimeSeconds=20), on queues nobody sends to, the
+native ones first and the SQS ones once those are parked, so that all end about together; plus
 WAKE_N polls on a queue of their own for the wake measure. Once every poll is parked (the node's
-CPU has settled), in this order:
+CPU has settled), in this order, each phase stopping at the first idle poll's answer (the row
+"samples" says how many it took):
 
 - the node's CPU while they are parked: utime+stime of the gunicorn processes (/proc) over a
   window (up to 5 s) in which no poll answers, as % of one core; and their RSS;
@@ -14,7 +16,9 @@ CPU has settled), in this order:
 - every idle poll's answer at the end of its wait: 204 (native) or SQS's `{}`, none before it,
   and how late.
 
-`python bench/parked.py [N]`; BENCH_PARKED_N, BENCH_PARKED_RATE (polls opened a second). The
+`python bench/parked.py [N]`; BENCH_PARKED_N, BENCH_PARKED_RATE (polls opened a second),
+BENCH_PARKED_SYNC_COMMIT=off (a diagnostic: the database's commits do not wait for the disk, so
+the wake's tail shows the broker's part without this host's fsync stalls). The
 client is asyncio over raw HTTP/1.1, one connection a poll; tests/e2e/test_parked_fleet.py runs
 `measure` at N=1000.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import resource
 import signal
@@ -196,10 +201,12 @@ def loadavg() -> str:
 
 
 def pct(values: list[float], q: float) -> float:
+    """The nearest-rank percentile, as the peers harness and bench.py take it: of 200 wakes, the
+    p99 is the 198th (int(q * n) was one rank above: the 199th, and the 101st for the p50)."""
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 # -- the measure ----------------------------------------------------------------------------
@@ -234,6 +241,7 @@ class Result:
         return {
             "parked polls": self.n,
             "opened in s": round(self.ramp_s, 1),
+            "CPU settled s after (both waves)": round(self.settle_s, 1),
             "CPU ms a poll opened": round(self.ramp_cpu_ms_per_poll, 2),
             "CPU ms a poll answered at its end": round(self.expiry_cpu_ms_per_poll, 2),
             "node CPU while parked (% of a core)": round(self.cpu_pct, 2),
@@ -264,6 +272,11 @@ class Result:
                 p(self.burst_enqueue_ms, 0.5),
                 p(self.burst_enqueue_ms, 0.99),
                 p(self.burst_enqueue_ms, 1.0),
+            ),
+            "samples /healthz, POST /jobs, wakes (none after an idle poll's end)": (
+                len(self.healthz_ms),
+                len(self.enqueue_ms),
+                len(self.wake_ms),
             ),
             "answers at the end of the wait": self.answers,
             "answered early": self.early,
@@ -303,27 +316,34 @@ async def measure(
     )  # fmt: skip
     status, body = await setup.call(create)
     assert status == 200, body
-    # The longest waits first, so that the window after the ramp has no poll answering in it.
+    # Two waves, the native polls (the longest wait) and then, once the node has parked them, the
+    # SQS ones, so that both end together and the window between the last parked and the first
+    # ending is as long as it can be. A node opens fewer polls a second than the ramp sends them
+    # (each first look waits for one of the pool's connections) and a wait counts from the first
+    # look: sent in one ramp, the SQS polls ended ~10 s before the native ones, inside the wakes.
     kinds = ["next", "claim", "sqs"]
-    plan = sorted(
-        (kinds[i % 3] for i in range(n)), key=lambda k: {"next": 0, "claim": 1, "sqs": 2}[k]
-    )
+    plan = [kinds[i % 3] for i in range(n)]
+    waves = [[k for k in plan if k != "sqs"], [k for k in plan if k == "sqs"]]
     idle: list[asyncio.Future[Poll]] = []
     ticks = cpu_ticks(pids)
-    started = time.monotonic()
-    for i, kind in enumerate(plan):
-        wait_s = sqs_wait_s if kind == "sqs" else native_wait_s
-        queue = SQS_QUEUE if kind == "sqs" else IDLE_QUEUE
-        idle.append(
-            asyncio.ensure_future(
-                one_poll(port, Poll(kind, wait_s), poll_request(port, kind, queue, wait_s))
+    for wave in waves:
+        started = time.monotonic()
+        for i, kind in enumerate(wave):
+            wait_s = sqs_wait_s if kind == "sqs" else native_wait_s
+            queue = SQS_QUEUE if kind == "sqs" else IDLE_QUEUE
+            idle.append(
+                asyncio.ensure_future(
+                    one_poll(port, Poll(kind, wait_s), poll_request(port, kind, queue, wait_s))
+                )
             )
-        )
-        ahead = started + (i + 1) / rate - time.monotonic()
-        if ahead > 0:
-            await asyncio.sleep(ahead)
-        elif i % 200 == 0:
-            await asyncio.sleep(0)
+            ahead = started + (i + 1) / rate - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            elif i % 200 == 0:
+                await asyncio.sleep(0)
+        result.ramp_s += time.monotonic() - started
+        if wave is waves[0]:
+            result.settle_s += await _settle(pids)
     wake_tasks = [
         asyncio.ensure_future(
             one_poll(
@@ -334,8 +354,13 @@ async def measure(
         )
         for _ in range(wakes)
     ]
-    result.ramp_s = time.monotonic() - started
-    result.settle_s = await _settle(pids)
+    # The figures are of a node holding all N: each phase below stops at the first idle poll's
+    # answer (the SQS ones, with the shortest wait, end first). Once ~3300 of them were ending
+    # together inside the wakes, which the rows "while waits end" measure apart.
+    answered = [0]
+    for task in idle:
+        task.add_done_callback(lambda _: answered.__setitem__(0, answered[0] + 1))
+    result.settle_s += await _settle(pids)
     result.ramp_cpu_ms_per_poll = (cpu_ticks(pids) - ticks) / CLK_TCK * 1000 / (n + wakes)
     result.parked_fds = open_fds(pids)
 
@@ -344,9 +369,9 @@ async def measure(
     before = cpu_ticks(pids)
     t0 = time.monotonic()
     cut = before
-    while time.monotonic() - t0 < cpu_window_s and not any(task.done() for task in idle):
+    while time.monotonic() - t0 < cpu_window_s and not answered[0]:
         await asyncio.sleep(0.5)
-        if any(task.done() for task in idle):
+        if answered[0]:
             break
         cut = cpu_ticks(pids)
         result.cpu_window_s = time.monotonic() - t0
@@ -355,10 +380,14 @@ async def measure(
     result.rss_mib = rss_mib(pids)
     result.load = loadavg()
 
-    async def probe(path: str, method: str, body: Any, into: list[float]) -> None:
+    async def probe(
+        path: str, method: str, body: Any, into: list[float], parked_only: bool = True
+    ) -> None:
         client = Client(port)
         raw = request_bytes(port, method, path, body)
         for _ in range(probes):
+            if parked_only and answered[0]:
+                break
             t0 = time.perf_counter()
             status, answer = await client.call(raw)
             into.append((time.perf_counter() - t0) * 1000)
@@ -374,6 +403,8 @@ async def measure(
     enqueue = request_bytes(port, "POST", "/jobs", {"queue": WAKE_QUEUE, "payload": {}})
     pending = set(wake_tasks)
     for _ in range(wakes):
+        if answered[0]:
+            break
         t0 = time.perf_counter()
         status, _ = await producer.call(enqueue)
         assert status == 201
@@ -391,11 +422,17 @@ async def measure(
     ticks = cpu_ticks(pids)
     # /healthz and enqueue again while the polls' waits end (in the order they were opened).
     everyone = asyncio.gather(*idle)
-    while not any(task.done() for task in idle):
+    while not answered[0]:
         await asyncio.sleep(0.05)
     await asyncio.gather(
-        probe("/healthz", "GET", None, result.burst_healthz_ms),
-        probe("/jobs", "POST", {"queue": PROBE_QUEUE, "payload": {}}, result.burst_enqueue_ms),
+        probe("/healthz", "GET", None, result.burst_healthz_ms, parked_only=False),
+        probe(
+            "/jobs",
+            "POST",
+            {"queue": PROBE_QUEUE, "payload": {}},
+            result.burst_enqueue_ms,
+            parked_only=False,
+        ),
     )
     polls = await everyone
     result.expiry_cpu_ms_per_poll = (cpu_ticks(pids) - ticks) / CLK_TCK * 1000 / n
@@ -433,7 +470,8 @@ def main() -> None:
         raise SystemExit(f"open-file limit {limit} is below {n} polls; raise the hard limit")
     out = ROOT / "bench-out"
     out.mkdir(exist_ok=True)
-    with broker_database("bench_parked") as (_, env):
+    durable = os.environ.get("BENCH_PARKED_SYNC_COMMIT", "on") != "off"
+    with broker_database("bench_parked", durable) as (_, env):
         port = free_port()
         node = start(
             [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"],
@@ -447,6 +485,8 @@ def main() -> None:
         finally:
             stop(node, signal.SIGINT)
     row = result.row()
+    if not durable:
+        row["synchronous_commit"] = "off (diagnostic: commits do not wait for the disk)"
     (out / "bench-parked.json").write_text(json.dumps(row, indent=2))
     width = max(len(k) for k in row)
     for key, value in row.items():
