@@ -355,8 +355,7 @@ async def measure(
         for _ in range(wakes)
     ]
     # The figures are of a node holding all N: each phase below stops at the first idle poll's
-    # answer (the SQS ones, with the shortest wait, end first). Once ~3300 of them were ending
-    # together inside the wakes, which the rows "while waits end" measure apart.
+    # answer. Polls that end together are the rows "while waits end", measured apart.
     answered = [0]
     for task in idle:
         task.add_done_callback(lambda _: answered.__setitem__(0, answered[0] + 1))
