@@ -109,15 +109,17 @@ def test_heartbeat__report__rides_on_the_next_beat_moved_up(fake_broker: FakeBro
 
 
 def test_heartbeat__beat_due_anyway__the_report_costs_no_request(fake_broker: FakeBroker) -> None:
-    beat = Heartbeat(fake_broker, lease_ms=200, report_s=1.0)  # beats every 100 ms
+    # Beats every second, so each step below has a quarter to half a second of slack: at 100 ms
+    # a beat, a sleep overshot by 20 ms on a busy host counted the beat after the carrying one.
+    beat = Heartbeat(fake_broker, lease_ms=2000, report_s=5.0)
     try:
         beat.hold("t1", "l1")
-        time.sleep(0.25)  # two plain beats
+        time.sleep(1.5)  # one plain beat, at 1 s
         extends = len(fake_broker.extends)
         beat.report("t1", "l1", {"fraction": 0.5})
-        time.sleep(0.13)  # the next beat carries it
-        assert fake_broker.reports == [("t1", "l1", {"fraction": 0.5}, 200)]
-        assert len(fake_broker.extends) == extends
+        time.sleep(0.75)  # the beat at 2 s carries it; the next is at 3 s
+        assert fake_broker.reports == [("t1", "l1", {"fraction": 0.5}, 2000)]
+        assert len(fake_broker.extends) == extends == 1
     finally:
         beat.close()
 
