@@ -183,13 +183,20 @@ def test_heartbeat__report_fails__sent_again_under_newer(
     try:
         beat.hold("t1", "l1")
         beat.report("t1", "l1", {"fraction": 0.1, "checkpoint": "a"})
-        time.sleep(0.05)
+        _until(lambda: len(calls) == 1)  # the first send failed (waited for, not slept on)
         beat.report("t1", "l1", {"fraction": 0.2})
-        time.sleep(0.2)
+        _until(lambda: len(calls) >= 2)
     finally:
         beat.close()
     assert calls[0] == {"fraction": 0.1, "checkpoint": "a"}
     assert calls[1] == {"fraction": 0.2, "checkpoint": "a"}
+
+
+def _until(done: Callable[[], bool], within_s: float = 5.0) -> None:
+    end = time.monotonic() + within_s
+    while not done():
+        assert time.monotonic() < end, "not within the time allowed"
+        time.sleep(0.005)
 
 
 # -- in the runner ---------------------------------------------------------------------------
