@@ -59,7 +59,9 @@ class Task(models.Model):
     lease_deadline = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=255, null=True, blank=True)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    # Unique among the tasks that have one (Meta.constraints): a plain unique=True indexed every
+    # row, NULLs too, and brought a second (LIKE) index; every move of every task paid for both.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -72,7 +74,12 @@ class Task(models.Model):
     # a new dependant bumps it, so a settle that raced with it sees the row changed.
     children = models.IntegerField(default=0, db_default=0)
     workflow = models.ForeignKey(
-        "Workflow", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks"
+        "Workflow",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="tasks",
+        db_index=False,  # task_workflow_idx: the steps of workflows only, not every task
     )
     ref = models.CharField(max_length=64, null=True, blank=True)
     # Keys (broker/queue/keys.py): a tenant's, customer's or entity's id; NULL for none.
@@ -90,6 +97,15 @@ class Task(models.Model):
     objects = TaskQuerySet.as_manager()
 
     class Meta:
+        # Partial, as the enqueue's ON CONFLICT names it (sqlenqueue): keyless tasks, most of
+        # them, are not in it.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="task_idempotency_key_uniq",
+            )
+        ]
         indexes = [
             # The claim: partial on ready, so 10 or 10 million finished rows cost the same.
             models.Index(
@@ -137,6 +153,10 @@ class Task(models.Model):
                 fields=["available_at"], condition=Q(state="delayed"), name="task_delayed_idx"
             ),
             models.Index(fields=["updated_at"], condition=Q(state="dead"), name="task_dead_idx"),
+            # A workflow's steps (its page, cancel_steps, the Workflow's deletion).
+            models.Index(
+                fields=["workflow"], condition=Q(workflow__isnull=False), name="task_workflow_idx"
+            ),
             # Retention: the sweeper prunes the oldest finished tasks in small batches.
             models.Index(
                 fields=["updated_at"],

@@ -41,7 +41,8 @@ def _enqueue(deferred: bool) -> str:
         "WITH new AS ("
         f" INSERT INTO broker_task ({', '.join(_NEW_COLUMNS)})"
         f" VALUES ({', '.join(_new_value(c) for c in _NEW_COLUMNS)})"
-        " ON CONFLICT (idempotency_key) DO NOTHING"
+        # The partial unique index's predicate, for PostgreSQL to infer it (Task.Meta).
+        " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
         " RETURNING id, queue, NULL::text AS o, state AS n"
         f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
         f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':1') FROM new WHERE n = 'ready')"
