@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from contract.limits import MAX_CHECKPOINT_BYTES, MAX_PROGRESS_MESSAGE
-from tests.worker_fakes import FakeBroker, delivery, register
+from tests.worker_fakes import FakeBroker, delivery, register, wait_until
 from workers.heartbeat import Heartbeat
 from workers.job import Job, current_job
 from workers.runner import Runner
@@ -183,20 +183,13 @@ def test_heartbeat__report_fails__sent_again_under_newer(
     try:
         beat.hold("t1", "l1")
         beat.report("t1", "l1", {"fraction": 0.1, "checkpoint": "a"})
-        _until(lambda: len(calls) == 1)  # the first send failed (waited for, not slept on)
+        assert wait_until(lambda: len(calls) == 1)  # the first send failed (waited, not slept)
         beat.report("t1", "l1", {"fraction": 0.2})
-        _until(lambda: len(calls) >= 2)
+        assert wait_until(lambda: len(calls) >= 2)
     finally:
         beat.close()
     assert calls[0] == {"fraction": 0.1, "checkpoint": "a"}
     assert calls[1] == {"fraction": 0.2, "checkpoint": "a"}
-
-
-def _until(done: Callable[[], bool], within_s: float = 5.0) -> None:
-    end = time.monotonic() + within_s
-    while not done():
-        assert time.monotonic() < end, "not within the time allowed"
-        time.sleep(0.005)
 
 
 # -- in the runner ---------------------------------------------------------------------------
