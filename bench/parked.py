@@ -356,9 +356,9 @@ async def measure(
     ]
     # The figures are of a node holding all N: each phase below stops at the first idle poll's
     # answer. Polls that end together are the rows "while waits end", measured apart.
-    answered = [0]
+    answered = asyncio.Event()
     for task in idle:
-        task.add_done_callback(lambda _: answered.__setitem__(0, answered[0] + 1))
+        task.add_done_callback(lambda _: answered.set())
     result.settle_s += await _settle(pids)
     result.ramp_cpu_ms_per_poll = (cpu_ticks(pids) - ticks) / CLK_TCK * 1000 / (n + wakes)
     result.parked_fds = open_fds(pids)
@@ -368,9 +368,9 @@ async def measure(
     before = cpu_ticks(pids)
     t0 = time.monotonic()
     cut = before
-    while time.monotonic() - t0 < cpu_window_s and not answered[0]:
+    while time.monotonic() - t0 < cpu_window_s and not answered.is_set():
         await asyncio.sleep(0.5)
-        if answered[0]:
+        if answered.is_set():
             break
         cut = cpu_ticks(pids)
         result.cpu_window_s = time.monotonic() - t0
@@ -385,7 +385,7 @@ async def measure(
         client = Client(port)
         raw = request_bytes(port, method, path, body)
         for _ in range(probes):
-            if parked_only and answered[0]:
+            if parked_only and answered.is_set():
                 break
             t0 = time.perf_counter()
             status, answer = await client.call(raw)
@@ -402,7 +402,7 @@ async def measure(
     enqueue = request_bytes(port, "POST", "/jobs", {"queue": WAKE_QUEUE, "payload": {}})
     pending = set(wake_tasks)
     for _ in range(wakes):
-        if answered[0]:
+        if answered.is_set():
             break
         t0 = time.perf_counter()
         status, _ = await producer.call(enqueue)
@@ -421,8 +421,7 @@ async def measure(
     ticks = cpu_ticks(pids)
     # /healthz and enqueue again while the polls' waits end (in the order they were opened).
     everyone = asyncio.gather(*idle)
-    while not answered[0]:
-        await asyncio.sleep(0.05)
+    await answered.wait()
     await asyncio.gather(
         probe("/healthz", "GET", None, result.burst_healthz_ms, parked_only=False),
         probe(
