@@ -14,6 +14,14 @@ from broker.checks import require_secret_key, warn_at_start  # noqa: E402 -- nee
 require_secret_key()
 warn_at_start()
 
+from django.urls import resolve  # noqa: E402 -- needs Django set up
+
 from broker.api.wsgi import ApiHandler, dispatcher  # noqa: E402 -- needs Django set up
 
 application = dispatcher(ApiHandler(), _human)
+
+# The URLconf, and with it every view, serializer and DRF setting, imported at start: Django
+# imports it at a process's first request, which took 0.2-0.3 s of CPU (the first health check
+# after a restart waited that long in each process), and done here it is also before the
+# parking worker's gc.freeze().
+resolve("/healthz")
