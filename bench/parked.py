@@ -493,6 +493,20 @@ def main() -> None:
         print(f"{key:<{width}}  {value}")
     spread = statistics.pstdev(result.wake_ms or [0])
     print(f"(wakes measured: {len(result.wake_ms)}, stdev {spread:.1f} ms)")
+    if not result.wake_ms:
+        raise SystemExit(_unmeasured(result))
+
+
+def _unmeasured(result: Result) -> str:
+    """Why a run measured nothing beside the parked polls: the node was still opening them when
+    the first one's wait (30 s) ended."""
+    took = result.ramp_s + result.settle_s
+    return (
+        f"no measure beside {result.n} parked polls: the node took {took:.0f} s to open and"
+        f" park them ({result.ramp_cpu_ms_per_poll:.1f} ms of CPU each), and the first idle"
+        " poll's wait ended before it was done: this machine is slower or busier than one that"
+        " holds that many. Run again when it is quieter, or with fewer polls (BENCH_PARKED_N)."
+    )
 
 
 if __name__ == "__main__":
