@@ -27,9 +27,9 @@ GRACE_MS = 3000  # BROKER_OUTAGE_GRACE_MS for the test's sweeper
 
 
 def _held(base: str, queue: str) -> tuple[str, str]:
-    """A task of `queue` claimed under a 1 s lease: (id, lease id)."""
+    """A task of `queue` claimed under a 1.5 s lease: (id, lease id)."""
     assert http("POST", f"{base}/jobs", {"payload": {}, "queue": queue})[0] == 201
-    status, got = http("GET", f"{base}/jobs/next?queue={queue}&wait_ms=0&lease_ms=1000")
+    status, got = http("GET", f"{base}/jobs/next?queue={queue}&wait_ms=0&lease_ms=1500")
     assert status == 200, got
     return got["task"]["id"], got["lease_id"]
 
@@ -89,11 +89,6 @@ def test_database_outage__every_process_back_within_1s__parked_claims_wait_quiet
             running(sweeper(via, tmp_path, interval_ms=100, BROKER_OUTAGE_GRACE_MS=str(GRACE_MS)))
         )
         base = broker.base
-        # Due one second into the outage: only the sweeper, once back, can make it ready.
-        status, _ = http("POST", f"{base}/jobs", {"payload": {}, "queue": "due", "delay_ms": 1000})
-        assert status == 201
-        # Two leases that run out in the outage: one's worker acks after it, one's never does.
-        acked, lapsed = (_held(base, queue) for queue in ("acked", "lapsed"))
         quiet = Claim(base, "quiet", int((OUTAGE_S + 2.5) * 1000))  # its wait ends after it
         late = Claim(base, "late", 1500)  # its wait ends in the outage
         woken = Claim(base, "woken", 30_000)
@@ -101,6 +96,14 @@ def test_database_outage__every_process_back_within_1s__parked_claims_wait_quiet
         time.sleep(0.5)  # all parked (the hub is listening)
         with Enqueuers(base, threads=3) as enqueuers:
             time.sleep(0.3)
+            # Made just before the outage, so that however slow the host was until now: a task
+            # due one second into it (only the sweeper, once back, can make it ready) and two
+            # leases that run out in it (one's worker acks after it, one's never does).
+            status, _ = http(
+                "POST", f"{base}/jobs", {"payload": {}, "queue": "due", "delay_ms": 1000}
+            )
+            assert status == 201
+            acked, lapsed = (_held(base, queue) for queue in ("acked", "lapsed"))
             proxy.down()
             time.sleep(OUTAGE_S)
             proxy.up()
@@ -108,14 +111,17 @@ def test_database_outage__every_process_back_within_1s__parked_claims_wait_quiet
             wait_until(
                 lambda: enqueuers.first_write_after(back), 15, 0.02, "a 201 after the outage"
             )
+            # The sweeper is back and has swept since (every 0.1 s): it holds both leases, or it
+            # would have reclaimed them by now. The worker's late ack comes then, inside the grace
+            # however long the claims below take to end.
+            wait_until(lambda: "database back after" in sweep.output(), 15, 0.05, "the sweeper")
             time.sleep(0.5)
+            ack = http("POST", f"{base}/jobs/{acked[0]}/ack?lease_id={acked[1]}")
         sent = time.monotonic()
         status, _ = http("POST", f"{base}/jobs", {"payload": {}, "queue": "woken"})
         assert status == 201
         for claim in (quiet, late, woken, promoted):
             claim.join(40)
-        # The sweeper has swept for a second and more since it is back: it holds both leases.
-        ack = http("POST", f"{base}/jobs/{acked[0]}/ack?lease_id={acked[1]}")
         wait_until(lambda: _state(base, lapsed[0]) != "handed_out", GRACE_MS / 1000 + 5)
         reclaimed_at = time.monotonic()
         reclaimed = _state(base, lapsed[0])
