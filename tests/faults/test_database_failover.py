@@ -1,7 +1,8 @@
 """kill -9 of the PostgreSQL primary under load, twice in a row, on a pg_auto_failover formation
 (deploy/ha/formation.sh: a monitor and three data nodes, number_sync_standbys=1): nothing that got
 a 201 is lost, nothing runs twice, writes come back within 2 s of the new primary taking them and
-a parked claim wakes within 50 ms after. The figures it logs are in docs/failure-semantics.md.
+a parked claim wakes after as quickly as before (its median within 50 ms of the one measured under
+the same load before the first kill). The figures it logs are in docs/failure-semantics.md.
 
 Builds its own formation on free ports (55400-55499) and removes it; `slow` (RUN_SLOW=1, which
 .ci/run sets). Without pg_auto_failover it skips, or fails under CI=1 (`make deps` installs it).
@@ -138,6 +139,16 @@ def _wake(base: str, load: Load, claim: Claim, queue: str) -> float:
     return (claim.answered_at - enqueued) * 1000
 
 
+def _wakes(base: str, load: Load, prefix: str, n: int) -> list[float]:
+    """`n` claims parked one after another, each woken by a task of its own: their wakes in ms."""
+    wakes = []
+    for k in range(1, n + 1):
+        claim = Claim(base, f"{prefix}-{k}", 10_000)
+        time.sleep(0.2)  # parked
+        wakes.append(_wake(base, load, claim, f"{prefix}-{k}"))
+    return wakes
+
+
 def _fail_over(ha: Formation, base: str, load: Load, probe: Writable, n: int) -> Round:
     """Kill the primary; wait for the new one, the broker's writes, a parked claim's wake."""
     quiet = Claim(base, f"quiet-{n}", 25_000)  # its wait ends after the failover
@@ -150,14 +161,9 @@ def _fail_over(ha: Formation, base: str, load: Load, probe: Writable, n: int) ->
     writes_back = wait_until(lambda: load.first_write_after(writable), 30, 0.02, "a 201")
     time.sleep(1.0)  # every broker process is back (BROKER_DB_RECONNECT_MS) by now
     assert woken.is_alive(), (woken.status, woken.body)  # parked through it all, answered nothing
-    # The claim parked through it all, then four parked afresh: the median wake tells the
-    # listener's NOTIFY (a few ms) from the claims' fallback poll (every 250 ms: a median near
-    # 125), and is not one commit that met a stall of this disk (up to 264 ms measured).
+    # The claim parked through it all, then four parked afresh.
     wakes = [_wake(base, load, woken, f"woken-{n}")]
-    for k in range(1, 5):
-        claim = Claim(base, f"woken-{n}-{k}", 10_000)
-        time.sleep(0.2)  # parked
-        wakes.append(_wake(base, load, claim, f"woken-{n}-{k}"))
+    wakes += _wakes(base, load, f"woken-{n}", 4)
     quiet.join(40)
     woken_ms = statistics.median(wakes)
     last_failure = load.last_failure_after(writable)
@@ -202,6 +208,10 @@ def test_primary_killed_twice_under_load__none_lost_none_run_twice__back_in_2s(
         probe = stack.enter_context(Writable(ha))
         load = Load(broker.base).start(producers=3, probes=3)
         stack.callback(load.stop)
+        wait_until(lambda: len(load.accepted) >= 100, 60, 0.1, "steady load")
+        # Wakes under this load before any failover: each is two commits that a standby confirms
+        # (number_sync_standbys=1); 28-84 ms on a host half as fast as usual (2026-12-02).
+        before_ms = statistics.median(_wakes(broker.base, load, "woken-0", 5))
         for n in (1, 2):
             wait_until(lambda n=n: len(load.accepted) >= 150 * n, 60, 0.1, "steady load")
             rounds.append(_fail_over(ha, broker.base, load, probe, n))
@@ -222,7 +232,8 @@ def test_primary_killed_twice_under_load__none_lost_none_run_twice__back_in_2s(
     accepted = {int(pk) for pk in load.accepted.values()}
     held = [line.partition("WARNING broker.sweeper ")[2] for line in sweeper_log.splitlines()
             if "database back after" in line]  # fmt: skip
-    figures = [f"round {n}: {r.line()}" for n, r in enumerate(rounds, 1)] + [
+    figures = [f"parked claims woken {before_ms:.1f} ms (median of 5) before the failovers"]
+    figures += [f"round {n}: {r.line()}" for n, r in enumerate(rounds, 1)] + [
         f"tasks accepted {len(accepted)}, done {sum(1 for s, _ in tasks.values() if s == 'done')};"
         f" lease expiries {sum(expired.values())}; tasks run twice"
         f" {sum(1 for c in runs.values() if c > 1)}; 503s met by workers"
@@ -246,7 +257,10 @@ def test_primary_killed_twice_under_load__none_lost_none_run_twice__back_in_2s(
     assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"], totals
     for r in rounds:
         assert r.writes_back - r.writable <= 2.0, r.line()
-        assert r.woken_ms <= 50, r.line()
+        # The listener is back and NOTIFY wakes as before: the claims' fallback poll (every
+        # 250 ms) would add some 125 ms to the median; one commit that met a stall of this disk
+        # (up to 264 ms measured) would not move it.
+        assert r.woken_ms <= before_ms + 50, f"{r.line()}; before the failovers {before_ms:.1f} ms"
         # A claim parked through the failover answers 204 at the end of its wait (503 only if the
         # database was still away then).
         status, answered = r.quiet
