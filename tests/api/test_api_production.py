@@ -140,7 +140,7 @@ def test_web_app_start__urlconf_and_views_loaded_before_the_first_request() -> N
                "broker.dashboard.views"]  # fmt: skip
     result = _run(["-c", loaded, *modules], **PRODUCTION)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split("\n")[-2] == str(sorted(modules))
+    assert result.stdout.splitlines()[-1] == str(sorted(modules))
 
 
 @pytest.mark.django_db
