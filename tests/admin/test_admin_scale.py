@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -12,6 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from broker import queue, queues
+from broker.admin import lists
 from broker.admin.lists import EstimatedCountPaginator, known_queues
 from broker.dashboard import keys
 from broker.models import Task
@@ -81,6 +83,44 @@ def test_paginator__exact_count_in_a_transaction__statement_timeout_put_back(
     assert paginator.count == 1
     assert paginator.estimated is False
     assert _statement_timeout() == before
+
+
+def _setting(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s)", [name])
+        return cursor.fetchone()[0]
+
+
+def test_search__walk_over_time_limit__scan_finds_the_same_rows_and_settings_put_back(
+    enqueue_task: Callable[..., int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wanted = [enqueue_task(queue="mail") for _ in range(3)]
+    enqueue_task(queue="other")
+    before = (_setting("statement_timeout"), _setting("enable_indexscan"))
+    monkeypatch.setattr(lists, "SEARCH_WALK_MS", 5)
+    # 20 ms per row tested: the walk overruns its 5 ms and is cancelled.
+    slow = Task.objects.filter(queue="mail").extra(where=["pg_sleep(0.02) IS NOT NULL"])
+
+    page = lists.searched(slow.order_by("-pk")[:50])
+
+    assert [task.pk for task in page] == wanted[::-1]
+    assert (_setting("statement_timeout"), _setting("enable_indexscan")) == before
+
+
+def test_task_list__search_matching_nothing__zero_counted_without_a_count_query(
+    admin_client: Client, enqueue_task: Callable[..., int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3):
+        enqueue_task()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE broker_task")
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_below", 1)
+
+    with CaptureQueriesContext(connection) as queries:
+        html = admin_client.get(TASKS, {"q": "nosuchname"}).content.decode()
+
+    assert _counts(queries.captured_queries) == []
+    assert re.search(r"\b0 tasks\b", html) and "about 0" not in html
 
 
 def test_known_queues__live_and_recent__each_once(

@@ -182,6 +182,27 @@ def test_task_list__search_bare_number__the_task_with_that_id_and_text_matches(
     assert _listed_ids(html) == [mentions, first]
 
 
+@pytest.mark.parametrize("matches", [0, 7, 50, 51, 120])
+def test_task_list__search_over_pages__each_match_listed_once_newest_first_and_counted(
+    admin_client: Client, enqueue_task: Callable[..., int], matches: int
+) -> None:
+    found = []
+    for i in range(matches):
+        if i % 3 == 0:
+            enqueue_task(payload={"note": "hay"})
+        found.append(enqueue_task(payload={"note": f"needle {i}"}))
+    for _ in range(30):
+        enqueue_task(payload={"note": "hay"})
+
+    listed, pages = [], max(1, -(-matches // 50))
+    for page in range(1, pages + 1):
+        html = admin_client.get(TASKS, {"q": "NEEDLE", "p": page}).content.decode()
+        listed += _listed_ids(html)
+        assert re.search(rf"\b{matches} tasks?\b", html), page
+
+    assert listed == found[::-1]
+
+
 def test_task_page__payload_result_and_every_error_pretty_printed(
     admin_client: Client, enqueue_task: Callable[..., int]
 ) -> None:
