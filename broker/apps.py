@@ -9,11 +9,13 @@ class BrokerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.conf import settings
         from django.core import checks as django_checks
         from django.db.backends.signals import connection_created
 
         from broker import checks, dbpool
 
+        dbpool.prepare(settings.DATABASES, settings.BROKER_DB_RECONNECT_MS)
         connection_created.connect(dbpool.tune_pool, dispatch_uid="broker-tune-pool")
         django_checks.register(checks.open_api, django_checks.Tags.security, deploy=True)
         django_checks.register(checks.secret_key_set, django_checks.Tags.security, deploy=True)

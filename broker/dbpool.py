@@ -125,26 +125,40 @@ class QuietReconnects(logging.Filter):
         return True
 
 
-def tune_pool(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """connection_created receiver: the reconnect spacing (BROKER_DB_RECONNECT_MS) and its gate
-    and, with CONN_HEALTH_CHECKS, check_if_disturbed for the pool behind `connection`.
+def prepare(databases: dict[str, dict[str, Any]], reconnect_ms: int) -> None:
+    """At start-up, before any pool connects: the reconnect spacing (BROKER_DB_RECONNECT_MS),
+    and GatedConnection as the connection class of every PostgreSQL pool Django builds.
 
-    Done on first use, not at start-up: the pool must be the one for the database in use
-    (tests swap in their own), and Django builds it lazily with the round-trip check.
+    Done on a process's first connection, they came too late for a process started while
+    PostgreSQL was away: it had no first connection, and its pool retried 1, 2, 4 s apart, ungated
+    (a sweeper started just before an outage was back 3.3 s after the database). DATABASES cannot
+    name the class itself: settings load before the apps.
+    """
+    every_s = reconnect_ms / 1000
+    reconnect_every(every_s)
+    GatedConnection.every_s = every_s
+    for db in databases.values():
+        options = db.setdefault("OPTIONS", {})
+        if db.get("ENGINE") != "django.db.backends.postgresql" or not options.get("pool"):
+            continue
+        if options["pool"] is True:
+            options["pool"] = {}
+        options["pool"].setdefault("connection_class", GatedConnection)
+
+
+def tune_pool(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """connection_created receiver: with CONN_HEALTH_CHECKS, check_if_disturbed for the pool
+    behind `connection`.
+
+    Done on first use, not at start-up: Django builds the pool lazily with its round-trip check
+    (and tests swap in their own pool), and passes no other check through. A pool that has not
+    connected yet checks with a round trip, which only costs time.
     """
     if connection.vendor != "postgresql" or connection.pool is None:
         return
-    from django.conf import settings
-
-    every_s = settings.BROKER_DB_RECONNECT_MS / 1000
-    reconnect_every(every_s)
-    GatedConnection.every_s = every_s
-    pool = connection.pool
-    # Read at each new connection; the first, made before this ran, needed no gate.
-    if pool.connection_class is psycopg.Connection:
-        pool.connection_class = GatedConnection
     if not connection.settings_dict.get("CONN_HEALTH_CHECKS"):
         return
+    pool = connection.pool
     # psycopg_pool keeps the check it was built with here; Django offers no setting for another.
     if pool._check is not check_if_disturbed:
         pool._check = check_if_disturbed

@@ -158,3 +158,20 @@ def test_database_outage__every_process_back_within_1s__parked_claims_wait_quiet
     # Requests that came in the outage waited BROKER_DB_POOL_TIMEOUT for a connection: 503.
     assert during <= {201, 503}, during
     assert 503 in during
+
+
+def test_sweeper_started_in_an_outage__back_within_a_second_of_the_database(
+    db_url: str, tmp_path: Path
+) -> None:
+    s = connection.settings_dict
+    with proxy_to(s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)) as proxy:
+        proxy.down()
+        with running(sweeper(proxy.url(s["USER"], s["NAME"]), tmp_path, interval_ms=100)) as sweep:
+            wait_until(lambda: "error connecting" in sweep.output(), 60, 0.05, "a first attempt")
+            # Past a default pool's retries 1 and 3 s after its first attempt; its next, at 7 s.
+            time.sleep(3.5)
+            proxy.up()
+            back = time.monotonic()
+            wait_until(lambda: "database back after" in sweep.output(), 15, 0.02, "the sweeper")
+            took = time.monotonic() - back
+    assert took < 1.0, took

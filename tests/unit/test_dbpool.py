@@ -56,3 +56,33 @@ def test_quiet_reconnects__first_warning_then_one_per_interval_with_a_count() ->
     last = record("error connecting in 'pool-1': refused")
     assert quiet.filter(last)
     assert last.msg.endswith("(and 3 more failed attempts since the last)")
+
+
+def test_prepare__every_postgres_pool_gets_the_gate_and_the_schedule_before_connecting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from psycopg_pool.base import AttemptWithBackoff
+
+    for name in ("INITIAL_DELAY", "DELAY_BACKOFF"):
+        monkeypatch.setattr(AttemptWithBackoff, name, getattr(AttemptWithBackoff, name))
+    monkeypatch.setattr(dbpool.GatedConnection, "every_s", dbpool.GatedConnection.every_s)
+    pg, bare = "django.db.backends.postgresql", "django.db.backends.sqlite3"
+    databases = {
+        "pooled": {"ENGINE": pg, "OPTIONS": {"pool": {"max_size": 4}}},
+        "default_pool": {"ENGINE": pg, "OPTIONS": {"pool": True}},
+        "unpooled": {"ENGINE": pg},
+        "sqlite": {"ENGINE": bare, "OPTIONS": {}},
+    }
+
+    dbpool.prepare(databases, reconnect_ms=300)
+
+    assert databases["pooled"]["OPTIONS"]["pool"] == {
+        "max_size": 4, "connection_class": dbpool.GatedConnection
+    }  # fmt: skip
+    assert databases["default_pool"]["OPTIONS"]["pool"] == {
+        "connection_class": dbpool.GatedConnection
+    }
+    assert "pool" not in databases["unpooled"]["OPTIONS"]
+    assert databases["sqlite"]["OPTIONS"] == {}
+    assert (AttemptWithBackoff.INITIAL_DELAY, AttemptWithBackoff.DELAY_BACKOFF) == (0.3, 1.0)
+    assert dbpool.GatedConnection.every_s == 0.3
