@@ -246,8 +246,7 @@ def searched(page: QuerySet) -> QuerySet:
     try:
         with postgres_settings(statement_timeout=str(SEARCH_WALK_MS)):
             len(page)  # fetched now, into the queryset's cache, which the page then reads
-    except DatabaseError:  # cancelled: the savepoint rolled back
-        page = page.all()
+    except DatabaseError:  # cancelled: the savepoint rolled back, the cache is still empty
         with postgres_settings(enable_indexscan="off"):
             len(page)
     return page

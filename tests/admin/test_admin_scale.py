@@ -66,9 +66,9 @@ def test_paginator__count_over_time_limit__planner_estimate_and_connection_fine(
     assert Task.objects.filter(queue="mail").count() == 3  # the savepoint rolled back cleanly
 
 
-def _statement_timeout() -> str:
+def _setting(name: str) -> str:
     with connection.cursor() as cursor:
-        cursor.execute("SHOW statement_timeout")
+        cursor.execute("SELECT current_setting(%s)", [name])
         return cursor.fetchone()[0]
 
 
@@ -76,19 +76,14 @@ def test_paginator__exact_count_in_a_transaction__statement_timeout_put_back(
     enqueue_task: Callable[..., int],
 ) -> None:
     enqueue_task(queue="mail")
-    before = _statement_timeout()  # the test runs inside a transaction, as ATOMIC_REQUESTS would
+    # The test runs inside a transaction, as ATOMIC_REQUESTS would.
+    before = _setting("statement_timeout")
 
     paginator = EstimatedCountPaginator(Task.objects.filter(queue="mail").order_by("pk"), 50)
 
     assert paginator.count == 1
     assert paginator.estimated is False
-    assert _statement_timeout() == before
-
-
-def _setting(name: str) -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting(%s)", [name])
-        return cursor.fetchone()[0]
+    assert _setting("statement_timeout") == before
 
 
 def test_search__walk_over_time_limit__scan_finds_the_same_rows_and_settings_put_back(
