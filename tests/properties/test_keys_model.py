@@ -48,14 +48,12 @@ class Lines(RuleBasedStateMachine):
         self.key_of: dict[int, str | None] = {}
         self.leases: dict[int, str] = {}
 
-    def _state(self, pk: int) -> str:
-        return str(Task.objects.values_list("state", flat=True).get(pk=pk))
+    def _states(self) -> dict[int, str]:
+        """Every task's state, in one query (a query per task made the test CPU-bound)."""
+        return dict(Task.objects.values_list("pk", "state"))
 
-    def _first_unfinished(self, key: str) -> int | None:
-        for pk in self.lines[key]:
-            if self._state(pk) not in FINISHED:
-                return pk
-        return None
+    def _first_unfinished(self, key: str, states: dict[int, str]) -> int | None:
+        return next((pk for pk in self.lines[key] if states[pk] not in FINISHED), None)
 
     @rule(key=st.sampled_from(["a", "b", "c", None]), attempts=st.integers(1, 2))
     def enqueue(self, key: str | None, attempts: int) -> None:
@@ -67,14 +65,17 @@ class Lines(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 3))
     def claim(self, n: int) -> None:
-        for d in queue.claim([Q], 60_000, limit=n):
+        got = queue.claim([Q], 60_000, limit=n)
+        states = self._states()
+        for d in got:
             key = self.key_of[d.task.pk]
             if key is not None:
-                assert d.task.pk == self._first_unfinished(key), (key, self.lines[key])
+                assert d.task.pk == self._first_unfinished(key, states), (key, self.lines[key])
             self.leases[d.task.pk] = d.lease_id
 
     def _held(self) -> list[int]:
-        return sorted(pk for pk in self.leases if self._state(pk) == State.HANDED_OUT)
+        states = self._states()
+        return sorted(pk for pk in self.leases if states[pk] == State.HANDED_OUT)
 
     @precondition(lambda self: self._held())
     @rule(data=st.data(), how=st.sampled_from(["ack", "nack", "lapse"]))
@@ -96,7 +97,7 @@ class Lines(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         pk = data.draw(st.sampled_from(sorted(self.key_of)))
-        if self._state(pk) not in FINISHED and self._state(pk) != State.DEAD:
+        if self._states()[pk] not in FINISHED:
             queue.cancel(pk)
             self.leases.pop(pk, None)
 
@@ -120,10 +121,13 @@ class Lines(RuleBasedStateMachine):
 
     @invariant()
     def the_first_unfinished_of_each_line_is_not_kept_waiting(self) -> None:
+        rows = list(Task.objects.values_list("pk", "state", "key_wait"))
+        states = {pk: state for pk, state, _ in rows}
+        waits = {pk: wait for pk, _, wait in rows}
         for key in self.lines:
-            first = self._first_unfinished(key)
+            first = self._first_unfinished(key, states)
             if first is not None:
-                assert Task.objects.get(pk=first).key_wait is False, (key, self.lines[key])
+                assert waits[first] is False, (key, self.lines[key])
 
 
 @pytest.mark.django_db
