@@ -80,7 +80,7 @@ class BodyLimitMiddleware:
         if is_api(path) and not is_sqs_path(path):
             length = request.META.get("CONTENT_LENGTH") or "0"
             limit = settings.BROKER_MAX_BODY_BYTES
-            if length.isdigit() and int(length) > limit:
+            if length.isdigit() and (len(length) > 18 or int(length) > limit):
                 return json_error(413, f"The request body is over the {limit}-byte limit.")
             tokens = settings.BROKER_API_TOKENS
             if tokens and path not in OPEN_PATHS and not _token_ok(request, tokens):

@@ -150,7 +150,9 @@ def query_int(
         return default
     if not raw.isdigit() or not raw.isascii():
         raise ValidationFailed({name: ["Must be a non-negative integer."]})
-    value = int(raw)
+    digits = raw.lstrip("0")
+    # Past any cap, and past the 4300 digits int() converts (it would raise): the largest value.
+    value = int(digits or "0") if len(digits) <= 18 else 10**18
     if value < minimum:
         raise ValidationFailed({name: [f"Must be at least {minimum}."]})
     return min(value, cap) if cap is not None else value

@@ -18,4 +18,19 @@ class FastJSONRenderer(BaseRenderer):
     ) -> bytes:
         if data is None:
             return b""
-        return orjson.dumps(data)
+        try:
+            return orjson.dumps(data)
+        except orjson.JSONEncodeError:
+            # JSON may carry a lone surrogate (`"\\ud800"`), UTF-8 cannot: an answer echoing one
+            # from the request (an unknown field's name, a refused value) says U+FFFD instead.
+            return orjson.dumps(_encodable(data))
+
+
+def _encodable(data: Any) -> Any:
+    if isinstance(data, str):
+        return data.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(data, dict):
+        return {_encodable(key): _encodable(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_encodable(item) for item in data]
+    return data

@@ -72,7 +72,7 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
     if request.method != "POST":
         raise errors.MethodNotAllowed("The SQS endpoint takes POST requests only.")
     length = request.META.get("CONTENT_LENGTH") or "0"
-    if not length.isdigit() or int(length) > limits.MAX_REQUEST_BYTES:
+    if not length.isdigit() or len(length) > 18 or int(length) > limits.MAX_REQUEST_BYTES:
         raise errors.RequestEntityTooLarge(
             f"The request body is over the {limits.MAX_REQUEST_BYTES}-byte limit."
         )

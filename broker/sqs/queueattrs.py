@@ -89,7 +89,7 @@ def redrive_policy(value: str) -> dict[str, Any]:
         reason = "Redrive policy is not a JSON map of deadLetterTargetArn and maxReceiveCount."
         policy = {}
     count, arn = policy.get("maxReceiveCount"), policy.get("deadLetterTargetArn")
-    if isinstance(count, str) and count.isdigit():
+    if isinstance(count, str) and count.isdigit() and len(count) <= 18:
         count = int(count)
     if not reason and (type(count) is not int or not 1 <= count <= limits.MAX_RECEIVE_COUNT):
         reason = (

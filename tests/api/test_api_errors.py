@@ -71,6 +71,12 @@ def test_body_over_setting__413_json(api_client, path: str) -> None:
     assert_json_error(post(api_client, path, {"payload": "y" * 200}), 413)
 
 
+def test_content_length_of_5000_digits__413_json(api_client) -> None:
+    response = api_client.post("/jobs", b"{}", content_type="application/json",
+                                CONTENT_LENGTH="9" * 5000)  # fmt: skip
+    assert_json_error(response, 413)
+
+
 def test_invalid_json__400_json(api_client) -> None:
     assert_json_error(api_client.post("/jobs", b"{]", content_type="application/json"), 400)
 
@@ -91,3 +97,31 @@ def test_tokens_set__right_bearer__served(api_client, token: str) -> None:
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     assert post(api_client, "/jobs", {"payload": 1}, **auth).status_code == 201
     assert api_client.get("/stats", **auth).status_code == 200
+
+
+# JSON text may escape a lone surrogate, which UTF-8 cannot carry: an answer that names or repeats
+# one (an unknown field, a refused value) must still be a JSON 400, not a 500.
+@pytest.mark.parametrize(
+    ("path", "raw"),
+    [
+        ("/jobs", r'{"payload": 1, "\ud800": 1}'),
+        ("/jobs", r'{"payload": 1, "priority": "\ud800"}'),
+        ("/jobs", r'{"payload": 1, "after_policy": "\udfff"}'),
+        ("/jobs/batch", r'{"jobs": [{"payload": 1, "priority": "\ud800"}]}'),
+        ("/jobs/1/ack?lease_id=x", r'{"\ud800": 1}'),
+        ("/jobs/1/extend?lease_id=x", r'{"\ud800": 1}'),
+    ],
+)
+def test_lone_surrogate_echoed__400_json_nothing_created(api_client, path: str, raw: str) -> None:
+    body = assert_json_error(api_client.post(path, raw, content_type="application/json"), 400)
+    assert "\ufffd" in json.dumps(body, ensure_ascii=False), body
+    assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/jobs/next?wait_ms=0&lease_ms=", "/jobs?limit=", "/dlq?limit="])
+def test_integer_parameter_of_5000_digits__answered_not_500(api_client, path: str) -> None:
+    # int() refuses strings of over 4300 digits; such a value is past every cap.
+    response = api_client.get(path + "9" * 5000)
+    assert response.status_code in (200, 204), response.content
+    zeros = api_client.get(path + "0" * 5000 + "7")
+    assert zeros.status_code in (200, 204), zeros.content

@@ -252,6 +252,18 @@ def test_set_redrive_policy__applies_to_messages_already_sent(sqs: Sqs, queue_ur
     assert Task.objects.get(pk=pk).max_attempts is None
 
 
+@pytest.mark.parametrize("count", ['"' + "9" * 5000 + '"', "9" * 5000], ids=["string", "number"])
+def test_redrive_policy__count_of_5000_digits__invalid_attribute_value(
+    sqs: Sqs, queue_url, count: str
+) -> None:
+    policy = '{"deadLetterTargetArn": "arn:x", "maxReceiveCount": ' + count + "}"
+    status, body, _ = sqs(
+        "SetQueueAttributes",
+        {"QueueUrl": queue_url("big"), "Attributes": {"RedrivePolicy": policy}},
+    )
+    assert (status, body["__type"]) == (400, "com.amazonaws.sqs#InvalidAttributeValue"), body
+
+
 def test_list_queues__prefix_and_pages(sqs: Sqs, queue_url) -> None:
     for name in ("a1", "a2", "a3", "b1"):
         queue_url(name)
