@@ -18,8 +18,10 @@ from broker.queue.base import current_time
 from contract.limits import DEFAULT_HISTORY_RANGE_S, DEFAULT_HISTORY_STEP, HISTORY_STEPS
 
 # RFC 3339's date-time: a date, a time, an offset (Z or ±hh:mm); fractions of a second allowed.
+# A space before the offset is a "+" that reached the query string unescaped (`?since=` +
+# `isoformat()`), which form decoding turns into a space: read as the "+" it was.
 _RFC3339 = re.compile(
-    r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]\d\d:\d\d)", re.ASCII
+    r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+ -]\d\d:\d\d)", re.ASCII
 )
 
 _FRACTION = re.compile(r"\.(\d+)", re.ASCII)
@@ -32,6 +34,8 @@ def _time(params: Any, name: str) -> datetime | None:
         return None
     if not _RFC3339.fullmatch(raw):
         raise ValidationFailed({name: ["Must be an RFC 3339 time, like 2026-12-01T09:30:00Z."]})
+    if raw[-6] == " ":
+        raw = raw[:-6] + "+" + raw[-5:]
     text = raw.upper().replace("Z", "+00:00")
     # Python reads at most microseconds: a longer fraction is cut to them.
     text = _FRACTION.sub(lambda m: "." + m[1][:6].ljust(6, "0"), text)

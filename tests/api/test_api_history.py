@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from django.test.utils import CaptureQueriesContext
 
 from broker.history import recorder
@@ -83,6 +84,16 @@ def test_history__rfc3339_times__200(api_client, since: str) -> None:
     body = history(api_client, f"?since={quote(since)}&until=2020-12-02T00:00:00.999Z")
     assert body == {"step": 60, "points": []}
 
+
+def test_history__plus_offset_unescaped_in_the_url__read_as_plus(api_client, enqueue) -> None:
+    # `f"?since={dt.isoformat()}"` sends a bare "+", which a query string decodes as a space.
+    enqueue()
+    recorder.record(force=True)
+    now = timezone.now().astimezone(timezone.get_fixed_timezone(120))
+    since = (now - timedelta(hours=1)).isoformat()
+    assert "+02:00" in since
+    body = history(api_client, f"?since={since}&until={(now + timedelta(minutes=2)).isoformat()}")
+    assert sum(p["enqueued"] for p in body["points"]) == 1  # "-02:00" would put since after until
 
 @pytest.mark.parametrize(
     "query",
