@@ -9,10 +9,12 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from broker.api.parsing import require_json_type
 from broker.api.renderers import FastJSONRenderer
 
 _RENDERER = FastJSONRenderer()
 _NEGOTIATOR = DefaultContentNegotiation()
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class BrokerView(APIView):
@@ -34,6 +36,11 @@ class BrokerView(APIView):
         self.format_kwarg = None
         request.accepted_renderer, request.accepted_media_type = _RENDERER, _RENDERER.media_type
         request.version, request.versioning_scheme = None, None
+        method = request.method or ""
+        if method not in _SAFE and hasattr(self, method.lower()):
+            # Also where no body is read (requeue, cancel): a plain HTML form must not requeue or
+            # cancel a task by id any more than it may enqueue. A method the view lacks stays 405.
+            require_json_type(request)
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         return (_RENDERER, _RENDERER.media_type)

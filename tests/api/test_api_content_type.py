@@ -145,3 +145,35 @@ def test_ack__no_body_no_type__204(
     lease = claim()["lease_id"]
     response = _raw_post(api_client, f"/jobs/{task_id}/ack?lease_id={lease}", b"", None)
     assert response.status_code == 204, response.content
+
+
+@pytest.mark.parametrize("content_type", [FORM, "text/plain", "multipart/form-data; boundary=b"])
+def test_requeue_and_cancel__non_json_type__415_nothing_moves(
+    api_client: APIClient, enqueue: Callable[..., str], content_type: str
+) -> None:
+    # They read no body, but a page's form (or an empty one) must not move a task by id either.
+    dead, waiting = enqueue(max_attempts=1), enqueue()
+    queue.nack(int(dead), lease_id=queue.claim(None, 1000)[0].lease_id, error="x")
+    assert Task.objects.get(pk=dead).state == "dead"
+    for body in (b"", b"x=1"):
+        _assert_415(_raw_post(api_client, f"/dlq/{dead}/requeue", body, content_type))
+        response = api_client.generic("DELETE", f"/jobs/{waiting}", body, content_type=content_type)
+        _assert_415(response)
+    assert (Task.objects.get(pk=dead).state, Task.objects.get(pk=waiting).state) == (
+        "dead",
+        "ready",
+    )
+    assert _raw_post(api_client, f"/dlq/{dead}/requeue", b"", None).status_code == 204
+    assert api_client.generic("DELETE", f"/jobs/{waiting}", b"", content_type="").status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("DELETE", "/schedules/s"), ("DELETE", "/workflows/1")]
+)
+def test_other_deletes__form_type__415(api_client: APIClient, method: str, path: str) -> None:
+    _assert_415(api_client.generic(method, path, b"", content_type=FORM))
+
+
+def test_method_the_endpoint_lacks__form_type__still_405(api_client: APIClient) -> None:
+    response = api_client.generic("POST", "/stats", b"x=1", content_type=FORM)
+    assert response.status_code == 405, response.content

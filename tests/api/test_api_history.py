@@ -95,6 +95,7 @@ def test_history__plus_offset_unescaped_in_the_url__read_as_plus(api_client, enq
     body = history(api_client, f"?since={since}&until={(now + timedelta(minutes=2)).isoformat()}")
     assert sum(p["enqueued"] for p in body["points"]) == 1  # "-02:00" would put since after until
 
+
 @pytest.mark.parametrize(
     "query",
     [
