@@ -35,6 +35,10 @@ QUEUE_MESSAGE = f"Must match {QUEUE_RULE}."
 # -- request bodies ------------------------------------------------------------------------------
 
 DEFAULT_MAX_BODY_BYTES = 262_144  # BROKER_MAX_BODY_BYTES' default: bodies over it get 413
+# POST /sqs takes a full-size SQS message (1 MiB with its attributes) whatever
+# BROKER_MAX_BODY_BYTES says. SDKs write JSON with \uXXXX escapes for every non-ASCII character
+# (botocore does): six bytes for a two-byte character, so the message's request may be 3 MiB.
+SQS_MAX_REQUEST_BYTES = 3 * 1_048_576 + 65_536
 
 # -- claims, leases, batches, pages -------------------------------------------------------------
 

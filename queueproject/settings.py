@@ -238,8 +238,8 @@ BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 BROKER_HISTORY_MINUTES = env.int("BROKER_HISTORY_MINUTES", default=2880)
 BROKER_HISTORY_HOURS = env.int("BROKER_HISTORY_HOURS", default=2160)
 BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=limits.DEFAULT_MAX_BODY_BYTES)
-# Django's own form-body cap must not cut in below ours.
-DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, 2621440)
+# Django's own body cap (request.body refuses more) must not cut in below ours, nor below /sqs's.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, limits.SQS_MAX_REQUEST_BYTES)
 # SQLite has no notifications: each broker process looks for ready tasks this often while
 # claims are parked (one query per tick, however many are parked).
 BROKER_SQLITE_POLL_MS = env.int("BROKER_SQLITE_POLL_MS", default=50)

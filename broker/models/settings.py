@@ -113,7 +113,7 @@ class SqsQueue(models.Model):
     visibility_timeout_s = models.IntegerField(default=30)
     receive_wait_s = models.SmallIntegerField(default=0)
     delay_s = models.SmallIntegerField(default=0)
-    max_message_bytes = models.IntegerField(default=262_144)
+    max_message_bytes = models.IntegerField(default=1_048_576)  # SQS's default since 2025
     retention_s = models.IntegerField(default=345_600)  # accepted and reported, not enforced
     # RedrivePolicy: maxReceiveCount becomes the max_attempts of the queue's SQS messages (NULL:
     # no policy, receives unlimited); the target ARN is reported back, the DLQ is the broker's.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from contract.limits import SQS_MAX_REQUEST_BYTES
+
 PATH = "/sqs"
 # A full-size message with its attributes, JSON-escaped, fits (whatever BROKER_MAX_BODY_BYTES).
-MAX_REQUEST_BYTES = 1_048_576
-# SQS now allows 1 MiB messages; this endpoint keeps the 256 KiB limit (body plus attributes), so a
-# request always fits MAX_REQUEST_BYTES. MaximumMessageSize may lower it, not raise it.
-MAX_MESSAGE_BYTES = 262_144
+MAX_REQUEST_BYTES = SQS_MAX_REQUEST_BYTES
+# SQS's limit since 2025: 1 MiB, the body plus its attributes' names, types and values, and the
+# sum of a batch's messages. A queue's MaximumMessageSize may lower it.
+MAX_MESSAGE_BYTES = 1_048_576
 MAX_BATCH = 10
 MAX_BATCH_ID = 80
 MAX_RECEIVE = 10

@@ -7,6 +7,7 @@ import json
 import pytest
 from django.test import override_settings
 
+from contract import limits
 from tests.api.conftest import JSON_1_0, Sqs
 
 pytestmark = pytest.mark.django_db
@@ -72,12 +73,27 @@ def test_method__get__405_sqs_shape(client) -> None:
 
 
 @override_settings(BROKER_MAX_BODY_BYTES=1000)
-def test_body_limit__native_limit_does_not_apply__1_mib_does(sqs: Sqs, queue_url) -> None:
+def test_body_limit__native_limit_does_not_apply__full_size_message_does(
+    sqs: Sqs, queue_url
+) -> None:
     url = queue_url("big")
-    status, body, _ = sqs("SendMessage", {"QueueUrl": url, "MessageBody": "x" * 200_000})
-    assert status == 200, body
-    status, body, _ = sqs("SendMessage", {"QueueUrl": url, "MessageBody": "x" * 1_048_577})
-    assert (status, body["__type"]) == (413, "com.amazonaws.sqs#RequestEntityTooLarge")
+    attribute = {"n": {"DataType": "String", "StringValue": "v"}}  # 1 + 6 + 1 bytes
+    # A full-size message (1 MiB with its attributes), JSON-escaped as botocore sends it: every
+    # "é" is six bytes, so the request is over 3 MiB.
+    body = "é" * 524_284
+    assert len(body.encode()) + 8 == 1_048_576
+    full = {"QueueUrl": url, "MessageBody": body, "MessageAttributes": attribute}
+    status, sent, _ = sqs("SendMessage", full)
+    assert status == 200, sent
+    status, got, _ = sqs("ReceiveMessage", {"QueueUrl": url})
+    assert got["Messages"][0]["Body"] == body
+    assert got["Messages"][0]["MD5OfBody"] == sent["MD5OfMessageBody"]
+    status, refused, _ = sqs("SendMessage", {**full, "MessageBody": body + "x"})
+    assert (status, refused["__type"]) == (400, "com.amazonaws.sqs#InvalidParameterValue")
+    assert "1048576" in refused["message"]
+    over = limits.SQS_MAX_REQUEST_BYTES + 1 - len(json.dumps({"QueueUrl": url, "MessageBody": ""}))
+    status, body_, _ = sqs("SendMessage", {"QueueUrl": url, "MessageBody": "x" * over})
+    assert (status, body_["__type"]) == (413, "com.amazonaws.sqs#RequestEntityTooLarge")
 
 
 @override_settings(BROKER_API_TOKENS=["tok"], BROKER_SQS_CREDENTIALS={"AK": "SK"})

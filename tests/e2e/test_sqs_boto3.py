@@ -338,7 +338,7 @@ def test_batches__partial_failures_answered_per_entry(loose: Any) -> None:
          "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"),
         ([{"Id": "a", "MessageBody": "m"}] * 2, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"),
         ([{"Id": "a b", "MessageBody": "m"}], "AWS.SimpleQueueService.InvalidBatchEntryId"),
-        ([{"Id": str(n), "MessageBody": "x" * 30_000} for n in range(10)],
+        ([{"Id": str(n), "MessageBody": "x" * 110_000} for n in range(10)],
          "AWS.SimpleQueueService.BatchRequestTooLong"),
     ],
 )  # fmt: skip
@@ -357,7 +357,7 @@ def test_bad_input__sqs_error_codes_as_boto3_surfaces_them(loose: Any) -> None:
          "InvalidParameterValue"),
         (loose.send_message, {"QueueUrl": url, "MessageBody": "m", "DelaySeconds": 901},
          "InvalidParameterValue"),
-        (loose.send_message, {"QueueUrl": url, "MessageBody": "x" * 262_145},
+        (loose.send_message, {"QueueUrl": url, "MessageBody": "x" * 1_048_577},
          "InvalidParameterValue"),
         (loose.send_message, {"QueueUrl": url, "MessageBody": "a\x00b"}, "InvalidMessageContents"),
         (loose.send_message, {"QueueUrl": url}, "MissingParameter"),
@@ -383,7 +383,7 @@ def test_bad_input__sqs_error_codes_as_boto3_surfaces_them(loose: Any) -> None:
 
 def test_large_message__over_the_native_body_limit__accepted(sqs: Any) -> None:
     url = sqs.create_queue(QueueName="large")["QueueUrl"]
-    body = "é" * 131_000  # 262,000 bytes; ~786 KB once JSON-escaped in the request
+    body = "é" * 524_288  # a full-size message, 1 MiB; 3 MiB once JSON-escaped in the request
     sent = sqs.send_message(QueueUrl=url, MessageBody=body)
     got = sqs.receive_message(QueueUrl=url)["Messages"][0]
     assert got["Body"] == body and got["MD5OfBody"] == sent["MD5OfMessageBody"] == _md5(body)
