@@ -7,8 +7,8 @@ from urllib.parse import quote
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from broker.history import recorder
 from tests.api.conftest import parse_time
