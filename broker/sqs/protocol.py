@@ -48,7 +48,8 @@ NOT_OFFERED = frozenset(
     }
 )  # fmt: skip
 TARGET_PREFIX = "AmazonSQS."
-_JSON_TYPES = ("application/x-amz-json-1.0", "application/x-amz-json-1.1", "application/json")
+# None given is read as JSON, as on the native API (API.md's Errors).
+_JSON_TYPES = ("application/x-amz-json-1.0", "application/x-amz-json-1.1", "application/json", "")
 
 
 @csrf_exempt

@@ -58,6 +58,13 @@ def test_content_type__form__415_changes_nothing(sqs: Sqs) -> None:
     assert sqs("GetQueueUrl", {"QueueName": "q"})[0] == 400
 
 
+def test_content_type__none__read_as_json(client) -> None:
+    response = client.generic("POST", "/sqs", b'{"QueueName": "untyped"}', content_type="",
+                              HTTP_X_AMZ_TARGET="AmazonSQS.CreateQueue")  # fmt: skip
+    assert response.status_code == 200, response.content
+    assert json.loads(response.content)["QueueUrl"].endswith("/sqs/untyped")
+
+
 @pytest.mark.parametrize("raw", ["{", "[]", '"x"'])
 def test_body__not_a_json_object__serialization_exception(sqs: Sqs, raw: str) -> None:
     assert _error(sqs, "ListQueues", raw=raw)[:2] == (
