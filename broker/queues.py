@@ -129,6 +129,20 @@ def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
     return describe(name)
 
 
+def forget(name: str) -> None:
+    """Back to the default settings (SQS's DeleteQueue): the queue's row goes, and what it held
+    back is let go as update() would (ordered keys unordered, parked claimers woken)."""
+    with transaction.atomic():
+        row = Queue.objects.select_for_update().filter(name=name).first()
+        if row is None:
+            return
+        if row.ordered:
+            keys.unorder(name)
+        row.delete()
+        announce({name: WAKE_ON_CHANGE})
+    restricted.forget_hints()
+
+
 def update_many(names: list[str], changes: dict[str, Any]) -> int:
     """update() for many queues in one transaction (admin's pause and resume); returns how many."""
     with transaction.atomic():

@@ -183,9 +183,10 @@ def purge_queue(call: Call) -> dict[str, Any]:
 
 
 def delete_queue(call: Call) -> dict[str, Any]:
-    """DeleteQueue: the live messages are cancelled and the attributes forgotten."""
+    """DeleteQueue: the live messages are cancelled, the attributes and settings forgotten."""
     found = resolve(call)
     queue.cancel_queue(found.name)
     SqsQueue.objects.filter(name=found.name).delete()
+    queue_settings.forget(found.name)
     dedup.forget(found.name)
     return {}

@@ -224,6 +224,22 @@ def test_delete_queue__live_cancelled_dead_kept_name_forgotten(sqs: Sqs, queue_u
     assert _code(sqs, "SendMessage", {"QueueUrl": url, "MessageBody": "x"}) == "QueueDoesNotExist"
 
 
+def test_delete_queue__settings_forgotten__recreated_queue_serves(
+    sqs: Sqs, queue_url, api_client
+) -> None:
+    url = queue_url("settled")
+    changed = {"paused": True, "max_in_flight": 3, "key_max_in_flight": 2, "rate_per_s": 5}
+    assert api_client.patch("/queues/settled", changed, format="json").status_code == 200
+    assert sqs("DeleteQueue", {"QueueUrl": url})[0] == 200
+    assert api_client.get("/queues/settled").status_code == 404  # nothing names it now
+    url = queue_url("settled")
+    shown = api_client.get("/queues/settled").json()
+    assert {k: shown[k] for k in changed} == dict.fromkeys(changed) | {"paused": False}
+    assert shown["fair"] is True
+    _send(sqs, url)
+    assert len(_receive(sqs, url)) == 1  # not paused any more
+
+
 def test_purge__live_messages_cancelled(sqs: Sqs, queue_url) -> None:
     url = queue_url("p")
     for _ in range(3):
