@@ -7,6 +7,7 @@ tables.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -79,6 +80,8 @@ def enqueue(
             del exc.fields["delay_ms"]
             raise InvalidTaskError(exc.fields) from None
         raise
+    if run_after is not None:
+        spec = dataclasses.replace(spec, not_before=run_after)
     pk, _ = broker_queue.enqueue(spec)
     return str(pk)
 

@@ -42,6 +42,9 @@ class NewTask:
     after: tuple[int, ...] = ()  # tasks to wait for (broker.queue.dependencies)
     after_policy: str = "done"  # or "finished"
     key: str | None = None  # a tenant's or entity's id (broker.queue.keys)
+    # broker.enqueue's run_after: the time itself (delay_ms, read off an earlier clock, is only
+    # what was validated), so the task is ready at it, not milliseconds after.
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

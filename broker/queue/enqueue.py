@@ -31,6 +31,10 @@ def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
     A blocked one keeps its delay as available_at - created_at: its delay counts from the
     release (dependencies.after_finish)."""
     delayed = spec.delay_ms > 0
+    available_at = now + timedelta(milliseconds=spec.delay_ms) if delayed else now
+    if spec.not_before is not None:
+        delayed = spec.not_before > now
+        available_at = spec.not_before if delayed else now
     return {
         "state": _DELAYED if delayed else _READY,
         "queue": spec.queue,
@@ -38,7 +42,7 @@ def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
         "type": spec.type,
         "payload": spec.payload,
         "max_attempts": spec.max_attempts,
-        "available_at": now + timedelta(milliseconds=spec.delay_ms) if delayed else now,
+        "available_at": available_at,
         "idempotency_key": spec.idempotency_key,
         "backoff": spec.backoff,
         "key": spec.key,

@@ -105,7 +105,14 @@ def test_enqueue__run_after__delayed_until_then_not_before() -> None:
 
     row = Task.objects.get(pk=int(task_id))
     assert row.state == "delayed"
-    assert when <= row.available_at < when + timezone.timedelta(milliseconds=5)
+    assert row.available_at == when  # the time itself, not a delay read off an earlier clock
+
+
+def test_enqueue__run_after_already_past__ready_now() -> None:
+    from django.utils import timezone
+
+    task_id = broker.enqueue("now", run_after=timezone.now() - timezone.timedelta(seconds=1))
+    assert Task.objects.get(pk=int(task_id)).state == "ready"
 
 
 # -- wake-ups ---------------------------------------------------------------------------------
