@@ -14,6 +14,8 @@ traceback. get_result() reads the task row back.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import sys
 from collections.abc import Iterable
@@ -148,6 +150,8 @@ class BrokerBackend(BaseTaskBackend):
             spec = validation.new_task(body)
         except InvalidBody as exc:
             raise InvalidTaskError(str(exc)) from exc
+        if task.run_after is not None:
+            spec = dataclasses.replace(spec, not_before=task.run_after)  # as broker.enqueue's
         pk, _ = queue.enqueue(spec)
         result: TaskResult[T] = TaskResult(
             task=task,

@@ -12,6 +12,7 @@ from django_tasks import TaskResultStatus, default_task_backend
 from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist, TaskResultMismatch
 from rest_framework.test import APIClient
 
+from broker.models import Task
 from tests import sample_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,6 +53,7 @@ def test_get_result__task_options_come_back() -> None:
 
     assert fetched.task.priority == 42
     assert fetched.task.run_after == later
+    assert Task.objects.get(pk=int(result.id)).available_at == later  # due at it, not after
     assert fetched.task.queue_name == "default"
     assert fetched.status == TaskResultStatus.READY  # delayed is still waiting to run
 
