@@ -15,7 +15,6 @@ traceback. get_result() reads the task row back.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import sys
 from collections.abc import Iterable
