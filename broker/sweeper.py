@@ -21,7 +21,7 @@ from broker.history import recorder as history
 from broker.models import Task, Workflow
 from broker.queue import keys
 from broker.queue.base import current_time
-from broker.sqs import dedup
+from broker.sqs import dedup, extras
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,15 @@ def sweep_once(batch: int = 500, *, record_now: bool = False, housekeeping: bool
 
 def _housekeeping(batch: int, record_now: bool) -> int:
     """What only keeps the tables small, and history: finished tasks past retention (how many
-    went), claim notes, idle keys, expired deduplication ids, lapsed reclaim holds."""
+    went), claim notes, idle keys, expired deduplication ids, the SQS extras of tasks gone,
+    lapsed reclaim holds."""
     pruned = prune(batch)
     claimers.prune()
     keys.prune()
     for _ in range(PRUNE_BATCHES_PER_SWEEP):
         if dedup.prune(batch) < batch:
             break
+    extras.prune(batch)
     history.record(force=record_now)
     queue.prune_holds(current_time())
     return pruned

@@ -26,6 +26,7 @@ from broker.models.settings import (
     ReclaimHold,
     Schedule,
     SqsDedup,
+    SqsMessage,
     SqsQueue,
 )
 from broker.models.tasks import DeadTask, Dependency, Task, TaskError, TaskQuerySet, Workflow
@@ -34,6 +35,6 @@ __all__ = [
     "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
     "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "ClaimScope",
     "CounterDelta", "DeadTask", "Dependency", "HistoryClock", "HistoryMark", "HistoryPoint",
-    "KeyState", "Queue", "QueueCounter", "ReclaimHold", "Schedule", "SqsDedup", "SqsQueue", "Task",
-    "TaskError", "TaskQuerySet", "Workflow",
+    "KeyState", "Queue", "QueueCounter", "ReclaimHold", "Schedule", "SqsDedup", "SqsMessage",
+    "SqsQueue", "Task", "TaskError", "TaskQuerySet", "Workflow",
 ]  # fmt: skip

@@ -153,3 +153,20 @@ class SqsDedup(models.Model):
 
     def __str__(self) -> str:
         return f"deduplication id {self.dedup_id!r} of {self.queue}"
+
+
+class SqsMessage(models.Model):
+    """What SQS keeps of a message beside its task's payload, which stays {"body", "attributes"}
+    as API.md has it: a FIFO message's deduplication id, the system attributes it was sent with
+    (AWSTraceHeader). Only messages with either have a row (broker/sqs/extras.py); the sweeper
+    deletes the rows of tasks that are gone."""
+
+    task_id = models.BigIntegerField(primary_key=True)
+    deduplication_id = models.CharField(max_length=128, null=True, blank=True)
+    system_attributes = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name = "SQS message extra"
+
+    def __str__(self) -> str:
+        return f"SQS extras of task {self.task_id}"

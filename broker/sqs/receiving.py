@@ -12,9 +12,9 @@ from typing import Any
 from broker import queue
 from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
 from broker.longpoll import claim_wait, once
-from broker.models import SqsQueue, Task
+from broker.models import SqsMessage, SqsQueue, Task
 from broker.queue import Delivery
-from broker.sqs import attributes, errors, limits, params, sending
+from broker.sqs import attributes, errors, extras, limits, params, sending
 from broker.sqs.params import Call
 from broker.sqs.queues import resolve
 from broker.states import State
@@ -22,8 +22,10 @@ from contract.limits import parse_task_id
 
 # The system attribute that carries a task's last checkpoint (docs/sqs.md).
 CHECKPOINT_ATTRIBUTE = "Checkpoint"
+# A payload's keys when sent over SQS; the last two only in tasks sent before extras.py.
 _SQS_KEYS = frozenset({"body", "attributes", "system_attributes", "deduplication_id"})
 _DEDUP = "MessageDeduplicationId"
+_TRACE = "AWSTraceHeader"
 _NOT_CHANGEABLE = "Message does not exist or is not available for visibility timeout change."
 
 
@@ -71,16 +73,30 @@ def receive_message(call: Call) -> dict[str, Any]:
         queue.release_many([(d.task.pk, d.lease_id) for d in got])
     if not got:
         return {}
-    return {"Messages": [message(d, system, wanted, fifo=found.fifo) for d in got]}
+    kept: dict[int, SqsMessage] = {}
+    if "All" in system or _TRACE in system or (found.fifo and _DEDUP in system):
+        kept = extras.of([d.task.pk for d in got])
+    return {
+        "Messages": [message(d, system, wanted, fifo=found.fifo, kept=kept.get(d.task.pk))
+                     for d in got]
+    }  # fmt: skip
 
 
 def message(
-    delivery: Delivery, system: set[str], wanted: list[str], *, fifo: bool = False
+    delivery: Delivery,
+    system: set[str],
+    wanted: list[str],
+    *,
+    fifo: bool = False,
+    kept: SqsMessage | None = None,
 ) -> dict[str, Any]:
-    """One received message: the body, the attributes asked for, and their MD5s."""
+    """One received message: the body, the attributes asked for, and their MD5s; `kept`, its
+    extras, when the attributes asked for include any."""
     task = delivery.task
-    stored = json.loads(task.payload)  # parsed once: the body and the deduplication id
+    stored = json.loads(task.payload)  # parsed once: the body and any extras of an older task
     body, user, system_attributes = split_payload(stored, task.payload)
+    if kept is not None:
+        system_attributes = kept.system_attributes
     out: dict[str, Any] = {
         "MessageId": str(task.pk), "ReceiptHandle": handle(delivery),
         "MD5OfBody": attributes.md5_hex(body), "Body": body,
@@ -90,14 +106,16 @@ def message(
         "ApproximateReceiveCount": str(task.attempts),
         "SentTimestamp": str(_epoch_ms(task.created_at)),
     }
-    trace = system_attributes.get("AWSTraceHeader", {}).get("StringValue")
+    trace = system_attributes.get(_TRACE, {}).get("StringValue")
     if trace is not None:
-        known["AWSTraceHeader"] = trace
+        known[_TRACE] = trace
     if task.key is not None:
         known["MessageGroupId"] = task.key
     if fifo:
         known["SequenceNumber"] = sending.sequence_number(task.pk)
-        dedup_id = _deduplication_id(stored) if every or _DEDUP in system else None
+        dedup_id = None
+        if every or _DEDUP in system:
+            dedup_id = kept.deduplication_id if kept is not None else _deduplication_id(stored)
         if dedup_id is not None:
             known[_DEDUP] = dedup_id
     if task.checkpoint is not None:

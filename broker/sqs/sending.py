@@ -1,19 +1,21 @@
 """SendMessage and SendMessageBatch: each message is an enqueued task whose payload is
-{"body": <MessageBody>, "attributes": {...}} (plus "system_attributes" when any were sent, and
-"deduplication_id" in a FIFO queue). A MessageGroupId is the task's key; in a FIFO queue it is
+{"body": <MessageBody>, "attributes": {...}}; its deduplication id (FIFO) and system attributes
+are kept beside it (extras.py). A MessageGroupId is the task's key; in a FIFO queue it is
 required, and so is a deduplication id (dedup.py) unless the queue derives it from the body."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from django.db import transaction
 
 from broker import queue
 from broker.models import SqsQueue
 from broker.queue import NewTask
-from broker.sqs import attributes, dedup, errors, limits, params
+from broker.sqs import attributes, dedup, errors, extras, limits, params
 from broker.sqs.params import Call
 from broker.sqs.queues import resolve
 from broker.states import Priority
@@ -26,13 +28,14 @@ _WRONG_TYPE = "The request include parameter that is not valid for this queue ty
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """A checked message: the task to enqueue, its size, the digests SQS answers with, and in a
-    FIFO queue its deduplication id."""
+    """A checked message: the task to enqueue, its size, the digests SQS answers with, in a
+    FIFO queue its deduplication id, and the system attributes it was sent with."""
 
     task: NewTask
     size: int
     digests: dict[str, str]
     dedup_id: str | None = None
+    system: dict[str, Any] = field(default_factory=dict)
 
 
 def outgoing(entry: dict[str, Any], found: SqsQueue) -> Outgoing:
@@ -64,10 +67,7 @@ def outgoing(entry: dict[str, Any], found: SqsQueue) -> Outgoing:
     if user:
         digests["MD5OfMessageAttributes"] = attributes.md5_of_attributes(user)
     if system:
-        payload["system_attributes"] = system
         digests["MD5OfMessageSystemAttributes"] = attributes.md5_of_attributes(system)
-    if dedup_id is not None:
-        payload["deduplication_id"] = dedup_id
     task = NewTask(
         payload=dump_json(payload),
         max_attempts=found.max_receive_count,  # None: received any number of times
@@ -77,7 +77,7 @@ def outgoing(entry: dict[str, Any], found: SqsQueue) -> Outgoing:
         backoff=False,
         key=group,
     )
-    return Outgoing(task, size, digests, dedup_id)
+    return Outgoing(task, size, digests, dedup_id, system)
 
 
 def _tag(entry: dict[str, Any], name: str, *, required: bool) -> str | None:
@@ -121,11 +121,20 @@ def sequence_number(pk: int) -> str:
 
 
 def _enqueue(found: SqsQueue, messages: list[Outgoing]) -> list[dict[str, str]]:
-    """Enqueue the messages (in a FIFO queue each once per deduplication id); per message the
-    ids its answer carries."""
+    """Enqueue the messages (in a FIFO queue each once per deduplication id), their extras in
+    the same transaction; per message the ids its answer carries."""
+    tasks = [m.task for m in messages]
+    if not found.fifo and not any(m.system for m in messages):
+        return [{"MessageId": str(pk)} for pk in queue.enqueue_many(tasks)]
+    with transaction.atomic():
+        if found.fifo:
+            sent = dedup.enqueue_once(found.name, [(m.task, m.dedup_id or "") for m in messages])
+        else:
+            sent = [(pk, True) for pk in queue.enqueue_many(tasks)]
+        extras.save([extras.keep(pk, m.dedup_id, m.system)
+                     for (pk, new), m in zip(sent, messages, strict=True) if new])  # fmt: skip
     if not found.fifo:
-        return [{"MessageId": str(pk)} for pk in queue.enqueue_many([m.task for m in messages])]
-    sent = dedup.enqueue_once(found.name, [(m.task, m.dedup_id or "") for m in messages])
+        return [{"MessageId": str(pk)} for pk, _ in sent]
     return [{"MessageId": str(pk), "SequenceNumber": sequence_number(pk)} for pk, _ in sent]
 
 
@@ -133,7 +142,7 @@ def send_message(call: Call) -> dict[str, Any]:
     """SendMessage: one enqueue."""
     found = resolve(call)
     message = outgoing(call.body, found)
-    if not found.fifo:
+    if not found.fifo and not message.system:
         pk, _ = queue.enqueue(message.task)
         return {"MessageId": str(pk), **message.digests}
     (ids,) = _enqueue(found, [message])

@@ -8,7 +8,9 @@ import pytest
 from django.urls import reverse
 
 from broker import queue
-from broker.models import SqsQueue, Task
+from broker.models import SqsMessage, SqsQueue, Task
+from broker.queue import NewTask
+from broker.sqs import extras
 from broker.states import State
 from tests.api.conftest import Sqs
 
@@ -339,3 +341,56 @@ def test_unlimited_message__admin_shows_attempts_without_a_max(sqs: Sqs, queue_u
     listing = admin_client.get(reverse("admin:broker_task_changelist")).content.decode()
     assert "1/∞" in listing
     assert admin_client.get(reverse("admin:broker_task_change", args=[pk])).status_code == 200
+
+
+TRACE = {"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3f"}}
+
+
+def test_send__system_attributes__kept_beside_the_payload_and_received(
+    sqs: Sqs, queue_url, api_client
+) -> None:
+    url = queue_url("traced")
+    body = {"QueueUrl": url, "MessageBody": "m", "MessageSystemAttributes": TRACE}
+    status, sent, _ = sqs("SendMessage", body)
+    assert status == 200, sent
+    # API.md's payload, exactly: what a native worker claiming it sees.
+    shown = api_client.get(f"/jobs/{sent['MessageId']}").json()
+    assert shown["payload"] == {"body": "m", "attributes": {}}
+    (got,) = _receive(sqs, url, VisibilityTimeout=0, MessageSystemAttributeNames=["AWSTraceHeader"])
+    assert got["Attributes"] == {"AWSTraceHeader": "Root=1-5759e988-bd862e3f"}
+    (got,) = _receive(sqs, url, VisibilityTimeout=0)
+    assert "Attributes" not in got
+    entries = [{"Id": "a", "MessageBody": "b", "MessageSystemAttributes": TRACE},
+               {"Id": "b", "MessageBody": "c"}]  # fmt: skip
+    status, batch, _ = sqs("SendMessageBatch", {"QueueUrl": url, "Entries": entries})
+    ids = {e["Id"]: int(e["MessageId"]) for e in batch["Successful"]}
+    assert set(SqsMessage.objects.values_list("task_id", flat=True)) == {
+        int(sent["MessageId"]),
+        ids["a"],
+    }
+
+
+def test_receive__task_sent_before_extras_had_a_table__read_from_its_payload(
+    sqs: Sqs, queue_url
+) -> None:
+    url = queue_url("old.fifo", FifoQueue="true")
+    stored = {"body": "m", "attributes": {}, "system_attributes": TRACE, "deduplication_id": "d1"}
+    queue.enqueue(NewTask(payload=json.dumps(stored), queue="old.fifo", key="g", backoff=False))
+    (got,) = _receive(sqs, url, AttributeNames=["All"])
+    assert got["Body"] == "m"
+    assert (got["Attributes"]["MessageDeduplicationId"], got["Attributes"]["AWSTraceHeader"]) == (
+        "d1",
+        "Root=1-5759e988-bd862e3f",
+    )
+
+
+def test_extras__pruned_with_their_task__others_kept(sqs: Sqs, queue_url) -> None:
+    url = queue_url("gone-extras")
+    sent = [sqs("SendMessage", {"QueueUrl": url, "MessageBody": str(n),
+                                "MessageSystemAttributes": TRACE})[1]["MessageId"]
+            for n in range(3)]  # fmt: skip
+    Task.objects.filter(pk=int(sent[0])).delete()  # as retention's prune does
+    assert extras.prune() == 1
+    assert sorted(SqsMessage.objects.values_list("task_id", flat=True)) == sorted(
+        int(pk) for pk in sent[1:]
+    )

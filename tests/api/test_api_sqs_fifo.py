@@ -8,7 +8,7 @@ import json
 import pytest
 
 from broker import queues, sweeper
-from broker.models import SqsDedup, SqsQueue, Task
+from broker.models import SqsDedup, SqsMessage, SqsQueue, Task
 from tests.api.conftest import Sqs
 from tests.conftest import Clock
 
@@ -122,7 +122,9 @@ def test_send__group_is_the_key__sequence_numbers_increase(sqs: Sqs, queue_url) 
     second = _send(sqs, url, "b", MessageGroupId="g1", MessageDeduplicationId="d2")
     task = Task.objects.get(pk=int(first["MessageId"]))
     assert (task.key, task.queue) == ("g1", "o.fifo")
-    assert json.loads(task.payload)["deduplication_id"] == "d1"
+    # The payload is API.md's {"body", "attributes"}; the deduplication id is kept beside it.
+    assert json.loads(task.payload) == {"body": "a", "attributes": {}}
+    assert SqsMessage.objects.get(task_id=task.pk).deduplication_id == "d1"
     assert first["SequenceNumber"] == f"{task.pk:020d}"
     assert int(second["SequenceNumber"]) > int(first["SequenceNumber"])
     assert len(second["SequenceNumber"]) == 20
@@ -170,7 +172,8 @@ def test_send__content_based__sha256_of_the_body(sqs: Sqs, queue_url) -> None:
     explicit = _send(sqs, url, "hello", MessageGroupId="g", MessageDeduplicationId="x")
     assert explicit["MessageId"] != first["MessageId"]
     task = Task.objects.get(pk=int(first["MessageId"]))
-    assert json.loads(task.payload)["deduplication_id"] == hashlib.sha256(b"hello").hexdigest()
+    dedup_id = SqsMessage.objects.get(task_id=task.pk).deduplication_id
+    assert dedup_id == hashlib.sha256(b"hello").hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -218,8 +221,11 @@ def test_send_batch__fifo__each_entry_deduplicated_bad_ones_failed(sqs: Sqs, que
     assert ids["c"] == ids["a"] != ids["e"]
     assert all(e["SequenceNumber"] == f"{int(e['MessageId']):020d}" for e in got["Successful"])
     assert sorted(Task.objects.values_list("payload", flat=True)) == sorted(
-        json.dumps({"body": b, "attributes": {}, "deduplication_id": d}, separators=(",", ":"))
-        for b, d in [("x", "old"), ("1", "n1"), ("5", "n3")]
+        json.dumps({"body": b, "attributes": {}}, separators=(",", ":")) for b in ("x", "1", "5")
+    )
+    kept = SqsMessage.objects.values_list("task_id", "deduplication_id")
+    assert sorted(kept) == sorted(
+        [(int(before["MessageId"]), "old"), (int(ids["a"]), "n1"), (int(ids["e"]), "n3")]
     )
 
 

@@ -124,6 +124,7 @@ def test_send_receive_delete__every_attribute_type__both_md5s(sqs: Any, broker: 
     assert abs(int(message["Attributes"]["SentTimestamp"]) / 1000 - time.time()) < 60
     task = _task(broker, sent["MessageId"])
     assert (task["state"], task["queue"], task["worker"]) == ("handed_out", "types", "sqs")
+    assert task["payload"]["body"] == body and set(task["payload"]) == {"body", "attributes"}
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     assert _task(broker, sent["MessageId"])["state"] == "done"
 
