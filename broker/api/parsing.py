@@ -88,10 +88,19 @@ def require_json_type(request: HttpRequest) -> None:
         )
 
 
+def _declared_length(request: HttpRequest) -> int:
+    declared = getattr(request, "_request", request).META.get("CONTENT_LENGTH") or ""
+    return int(declared) if declared.isdigit() and len(declared) <= 18 else 0
+
+
 def read_json(request: HttpRequest, *, required: bool = True) -> Any:
     """The body as JSON; 415 for a body of another type (see require_json_type)."""
     require_json_type(request)
     raw = request.body
+    if len(raw) < _declared_length(request):
+        # The client hung up mid-body: what arrived may parse, but it is not what was sent.
+        message = "The body ended before its Content-Length: the request was cut short."
+        raise ValidationFailed({"body": [message]}, message)
     if not raw.strip():
         if required:
             message = "A JSON body is required."

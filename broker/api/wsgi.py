@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -10,6 +11,8 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 
 from broker.api.middleware import is_api
+from broker.sqs.limits import is_sqs_path
+from contract.limits import SQS_MAX_REQUEST_BYTES
 
 
 class ApiHandler(WSGIHandler):
@@ -28,7 +31,29 @@ class ApiHandler(WSGIHandler):
 
 def dispatcher(api: WSGIHandler, human: WSGIHandler) -> Callable[..., Iterable[bytes]]:
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        handler = api if is_api(environ.get("PATH_INFO", "")) else human
+        path = environ.get("PATH_INFO", "")
+        coding = environ.get("HTTP_TRANSFER_ENCODING")
+        if coding and "chunked" in coding.lower() and not environ.get("CONTENT_LENGTH"):
+            buffer_chunked(environ, _body_limit(path))
+        handler = api if is_api(path) else human
         return handler(environ, start_response)
 
     return application
+
+
+def buffer_chunked(environ: dict[str, Any], limit: int) -> None:
+    """A chunked body (no Content-Length) read into memory, up to one byte past `limit`, and
+    given the Content-Length it has. Django reads a body by Content-Length alone: without one it
+    saw an empty body, and an enqueue got 400, a claim ran on defaults and an ack lost its
+    result. One byte over the limit is enough for the limit's own check to answer 413."""
+    data = environ["wsgi.input"].read(limit + 1)
+    environ["wsgi.input"] = io.BytesIO(data)
+    environ["CONTENT_LENGTH"] = str(len(data))
+
+
+def _body_limit(path: str) -> int:
+    if is_sqs_path(path):
+        return SQS_MAX_REQUEST_BYTES
+    if is_api(path):
+        return int(settings.BROKER_MAX_BODY_BYTES)
+    return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)

@@ -78,6 +78,9 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
             f"The request body is over the {limits.MAX_REQUEST_BYTES}-byte limit."
         )
     body = request.body
+    if len(body) < int(length):
+        # The client hung up mid-body: what arrived may parse, but it is not what was sent.
+        raise errors.SerializationException("The request body ended before its Content-Length.")
     key_id = None
     if settings.BROKER_API_TOKENS:
         key_id = sigv4.verify(request, body, settings.BROKER_SQS_CREDENTIALS, timezone.now())
