@@ -20,6 +20,7 @@ from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 
 from broker.api import schema_operate as operate
@@ -37,6 +38,7 @@ from broker.api.schema_operations import (
     answer,
     error_answer,
 )
+from broker.api.errors import json_error
 from broker.exceptions import DatabaseUnavailable
 from broker.history import schema as history
 from broker.workflows import schema as workflows
@@ -139,6 +141,12 @@ class DocsView(SpectacularSwaggerView):
 
     authentication_classes = (SessionAuthentication,)
     url_name = "schema"
+
+    def handle_exception(self, exc: Exception) -> HttpResponse:
+        # Its renderer is the page's template: an error (a POST's 405) would be an HTML page.
+        if isinstance(exc, APIException):
+            return json_error(exc.status_code, str(exc.detail))
+        return super().handle_exception(exc)
 
     @extend_schema(exclude=True)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from broker.models import Task
 from tests.conftest import post
@@ -125,3 +125,22 @@ def test_integer_parameter_of_5000_digits__answered_not_500(api_client, path: st
     assert response.status_code in (200, 204), response.content
     zeros = api_client.get(path + "0" * 5000 + "7")
     assert zeros.status_code in (200, 204), zeros.content
+
+
+# The pages for people answer errors in JSON too (API.md: no request gets an HTML page).
+def test_pages__form_post_without_csrf_token__403_json() -> None:
+    client = Client(enforce_csrf_checks=True)
+    for path in ("/admin/login/", "/dashboard/"):
+        body = assert_json_error(client.post(path, {"username": "x"}, HTTP_ACCEPT="*/*"), 403)
+        assert "CSRF" in body["error"]
+
+
+def test_pages__method_the_docs_do_not_serve__405_json(client) -> None:
+    response = client.post("/api/docs/", HTTP_ACCEPT="*/*")
+    assert_json_error(response, 405)
+    assert "GET" in response["Allow"]
+
+
+@pytest.mark.parametrize("path", ["/", "/admin/", "/dashboard/", "/jobs"])
+def test_host_not_allowed__400_json(client, path: str) -> None:
+    assert_json_error(client.get(path, HTTP_HOST="evil.example"), 400)
