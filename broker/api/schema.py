@@ -24,6 +24,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 
 from broker.api import schema_operate as operate
+from broker.api.errors import json_error
 from broker.api.schema_components import (
     BATCH_COMPONENTS,
     LEASE_COMPONENTS,
@@ -38,7 +39,6 @@ from broker.api.schema_operations import (
     answer,
     error_answer,
 )
-from broker.api.errors import json_error
 from broker.exceptions import DatabaseUnavailable
 from broker.history import schema as history
 from broker.workflows import schema as workflows
