@@ -98,6 +98,15 @@ TASK_ID_PATTERN = "^(0|[1-9][0-9]{0,17})$"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 
 
+def whole_number(text: str) -> int | None:
+    """ASCII digits → their value, None for anything else. Past 18 digits, past every limit here,
+    the value is 10**18: int() refuses strings of over 4300 digits, and none is needed."""
+    if not (text.isdigit() and text.isascii()):
+        return None
+    digits = text.lstrip("0")
+    return int(digits or "0") if len(digits) <= 18 else 10**18
+
+
 def parse_task_id(raw: Any) -> int | None:
     """A task id as given out → the row's key; None when it cannot be one (say, "007" or "٣")."""
     if isinstance(raw, str) and _TASK_ID_RE.fullmatch(raw):

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from broker.api.errors import error_response, json_error
 from broker.exceptions import DatabaseUnavailable, InternalError
 from broker.sqs.limits import is_sqs_path
+from contract.limits import whole_number
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,9 @@ class BodyLimitMiddleware:
             # stack has no CommonMiddleware to ask (a DNS-rebinding page must get a 400).
             request.get_host()
         if is_api(path) and not is_sqs_path(path):
-            length = request.META.get("CONTENT_LENGTH") or "0"
+            length = whole_number(request.META.get("CONTENT_LENGTH") or "0")
             limit = settings.BROKER_MAX_BODY_BYTES
-            if length.isdigit() and (len(length) > 18 or int(length) > limit):
+            if length is not None and length > limit:
                 return json_error(413, f"The request body is over the {limit}-byte limit.")
             tokens = settings.BROKER_API_TOKENS
             if tokens and path not in OPEN_PATHS and not _token_ok(request, tokens):

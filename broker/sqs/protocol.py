@@ -19,6 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from broker.longpoll import parking_of, socket_gone
 from broker.sqs import errors, limits, queues, receiving, sending, sigv4
 from broker.sqs.params import Call
+from contract.limits import whole_number
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,13 @@ def endpoint(request: HttpRequest, queue_name: str | None = None) -> HttpRespons
 def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
     if request.method != "POST":
         raise errors.MethodNotAllowed("The SQS endpoint takes POST requests only.")
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    if not length.isdigit() or len(length) > 18 or int(length) > limits.MAX_REQUEST_BYTES:
+    length = whole_number(request.META.get("CONTENT_LENGTH") or "0")
+    if length is None or length > limits.MAX_REQUEST_BYTES:
         raise errors.RequestEntityTooLarge(
             f"The request body is over the {limits.MAX_REQUEST_BYTES}-byte limit."
         )
     body = request.body
-    if len(body) < int(length):
+    if len(body) < length:
         # The client hung up mid-body: what arrived may parse, but it is not what was sent.
         raise errors.SerializationException("The request body ended before its Content-Length.")
     key_id = None

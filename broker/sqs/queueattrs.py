@@ -8,6 +8,7 @@ from typing import Any
 
 from broker.models import SqsQueue
 from broker.sqs import errors, limits
+from contract.limits import whole_number
 
 READ_ONLY = (
     "ApproximateNumberOfMessages",
@@ -89,8 +90,8 @@ def redrive_policy(value: str) -> dict[str, Any]:
         reason = "Redrive policy is not a JSON map of deadLetterTargetArn and maxReceiveCount."
         policy = {}
     count, arn = policy.get("maxReceiveCount"), policy.get("deadLetterTargetArn")
-    if isinstance(count, str) and count.isdigit() and len(count) <= 18:
-        count = int(count)
+    if isinstance(count, str) and (number := whole_number(count)) is not None:
+        count = number
     if not reason and (type(count) is not int or not 1 <= count <= limits.MAX_RECEIVE_COUNT):
         reason = (
             f"Value for maxReceiveCount must be an integer from 1 to {limits.MAX_RECEIVE_COUNT}."

@@ -5,6 +5,7 @@ required, and so is a deduplication id (dedup.py) unless the queue derives it fr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -123,14 +124,13 @@ def sequence_number(pk: int) -> str:
 def _enqueue(found: SqsQueue, messages: list[Outgoing]) -> list[dict[str, str]]:
     """Enqueue the messages (in a FIFO queue each once per deduplication id), their extras in
     the same transaction; per message the ids its answer carries."""
-    tasks = [m.task for m in messages]
-    if not found.fifo and not any(m.system for m in messages):
-        return [{"MessageId": str(pk)} for pk in queue.enqueue_many(tasks)]
-    with transaction.atomic():
+    # A standard batch with no extras needs no transaction of its own (enqueue_many has one).
+    kept = found.fifo or any(m.system for m in messages)
+    with transaction.atomic() if kept else contextlib.nullcontext():
         if found.fifo:
             sent = dedup.enqueue_once(found.name, [(m.task, m.dedup_id or "") for m in messages])
         else:
-            sent = [(pk, True) for pk in queue.enqueue_many(tasks)]
+            sent = [(pk, True) for pk in queue.enqueue_many([m.task for m in messages])]
         extras.save([extras.keep(pk, m.dedup_id, m.system)
                      for (pk, new), m in zip(sent, messages, strict=True) if new])  # fmt: skip
     if not found.fifo:
