@@ -97,8 +97,9 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str, tuple[str, ...]]] = {
     # ChangeMessageVisibility to 0) is ready again at once; out of attempts it is "reclaim_bury".
     "release": (frozenset({State.HANDED_OUT}), State.READY, ("reclaimed", "retried")),
     # SQS's DeleteMessage with the latest receipt handle of a message whose visibility timeout
-    # lapsed (or was set to 0) and that nobody has received since: it is deleted, as an ack.
-    "ack_lapsed": (frozenset({State.READY, State.DELAYED}), State.DONE, ("acked",)),
+    # lapsed (or was set to 0) and that nobody has received since: it is deleted, as an ack; so
+    # is one that lapse buried, its receives used up (a nack's bury and a requeue drop the lease).
+    "ack_lapsed": (frozenset({State.READY, State.DELAYED, State.DEAD}), State.DONE, ("acked",)),
     "requeue": (frozenset({State.DEAD}), State.READY, ("requeued",)),
     "cancel": (
         frozenset({State.READY, State.DELAYED, State.HANDED_OUT, State.BLOCKED}),

@@ -55,9 +55,9 @@ def fail_held(rows: Sequence[Held], now: datetime, error: str, *, at_once: bool)
         updates.append((state, available_at, error, None, pk))
         moves.append((queue, _HANDED_OUT, state))
         errors.append(TaskError(task_id=pk, attempt=attempts, at=now, error=error))
-    # A buried task leaves its lease behind: a requeue out of the DLQ is no receive of the old one.
-    write_settled([u for u in updates if u[0] != _BURY], now, keep_lease=True)
-    write_settled([u for u in updates if u[0] == _BURY], now)
+    # The lapsed lease stays, buried or not: SQS's DeleteMessage with its receipt handle still
+    # deletes the message (ack_lapsed) until it is received again; a requeue drops it.
+    write_settled(updates, now, keep_lease=True)
     TaskError.objects.bulk_create(errors)
     counters.bump(counters.count_moves(_EVENTS, moves))
     waited_for = {row[0] for row in rows if row[5]}
@@ -106,8 +106,8 @@ def release_many(items: Sequence[tuple[int | None, str]]) -> list[Outcome]:
 
 def ack_lapsed(items: Sequence[tuple[int | None, str]]) -> list[bool]:
     """Ack tasks whose latest lease, the one named, failed (lapsed, or released) and that no
-    claim has taken since: ready or delayed → done. Per item, whether it moved; one transaction.
-    """
+    claim has taken since: ready, delayed or (out of attempts) dead → done. Per item, whether
+    it moved; one transaction."""
     target = TRANSITIONS["ack_lapsed"][1]
     wanted = {(pk, storable(lease)) for pk, lease in items if pk is not None}
     if not wanted:

@@ -146,6 +146,41 @@ def test_delete__lapsed_handle_of_a_native_task_in_backoff__deleted(
     assert Task.objects.get(pk=pk).state == State.DONE
 
 
+@pytest.mark.parametrize("lapse", ["visibility timeout", "visibility zero"])
+def test_delete__latest_handle_of_the_last_receive__deleted_out_of_the_dlq(
+    sqs: Sqs, queue_url, clock, lapse: str
+) -> None:
+    policy = {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:1:dlq", "maxReceiveCount": 1}
+    url = queue_url("last", RedrivePolicy=json.dumps(policy))
+    pk = int(_send(sqs, url))
+    if lapse == "visibility zero":
+        handle = _receive(sqs, url, VisibilityTimeout=0)[0]["ReceiptHandle"]
+    else:
+        handle = _receive(sqs, url, VisibilityTimeout=1)[0]["ReceiptHandle"]
+        clock.advance(1500)
+        assert queue.reclaim_expired() == 1
+    assert Task.objects.get(pk=pk).state == State.DEAD  # out of receives: dead-lettered
+    before = queue.stats()
+    _delete(sqs, url, handle)
+    assert Task.objects.get(pk=pk).state == State.DONE
+    after = queue.stats()
+    assert after["totals"]["acked"] == before["totals"]["acked"] + 1
+    assert after["gauges"]["dead"] == before["gauges"]["dead"] - 1
+
+
+def test_delete__latest_handle_of_a_native_task_nacked_to_the_dlq__deletes_nothing(
+    sqs: Sqs, enqueue
+) -> None:
+    pk = int(enqueue(queue="native-n", payload={"n": 1}, max_attempts=1))
+    url = sqs("GetQueueUrl", {"QueueName": "native-n"})[1]["QueueUrl"]
+    handle = _receive(sqs, url)[0]["ReceiptHandle"]
+    held = Task.objects.get(pk=pk)
+    queue.nack(pk, lease_id=held.lease_id, error="boom")  # a worker failed it: no lapse
+    assert Task.objects.get(pk=pk).state == State.DEAD
+    _delete(sqs, url, handle)
+    assert Task.objects.get(pk=pk).state == State.DEAD
+
+
 def test_delete__handle_of_a_message_requeued_from_the_dlq__deletes_nothing(
     sqs: Sqs, queue_url, clock
 ) -> None:

@@ -82,8 +82,8 @@ class TaskMachine(RuleBasedStateMachine):
         self.counters["retried" if retry else "buried"] += 1
         t.state = State.DELAYED if retry else State.DEAD
         t.old_leases.append(t.lease or "")
-        # A lapsed lease that is retried stays on the task (SQS's DeleteMessage: ack_lapsed).
-        if not (reclaimed and retry):
+        # A lapsed lease stays on the task, retried or buried (SQS's DeleteMessage: ack_lapsed).
+        if not reclaimed:
             t.lease = None
         t.errors += 1
 
@@ -208,6 +208,7 @@ class TaskMachine(RuleBasedStateMachine):
             return
         queue.requeue(pk)
         t.state, t.attempts, t.available_at = State.READY, 0, self._available_at(pk)
+        t.lease = None  # a requeue is no receive of the lapsed lease: its handle deletes nothing
         self.counters["requeued"] += 1
         assert Task.objects.get(pk=pk).last_error is None
 
@@ -232,7 +233,7 @@ class TaskMachine(RuleBasedStateMachine):
         """The latest lease of a task reclaimed and not claimed since acks it; any other not."""
         pk = data.draw(st.sampled_from(sorted(self.tasks)))
         t = self.tasks[pk]
-        lapsed = t.state in (State.READY, State.DELAYED) and t.lease is not None
+        lapsed = t.state in (State.READY, State.DELAYED, State.DEAD) and t.lease is not None
         lease = t.lease if lapsed else data.draw(st.sampled_from([*t.old_leases, "x" * 32]))
         assert queue.ack_lapsed([(pk, lease or "")]) == [lapsed]
         if lapsed:
