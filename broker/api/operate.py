@@ -26,7 +26,7 @@ class QueuesView(BrokerView):
 class QueueView(BrokerView):
     """GET /queues/{name}; PATCH changes its settings (a new name creates them)."""
 
-    http_method_names = ("get", "patch", "options")
+    http_method_names = ("get", "head", "patch", "options")
 
     def get(self, request: Request, name: str) -> Response:
         if queues.name_problems(name):
@@ -80,7 +80,7 @@ class SchedulesView(BrokerView):
 class ScheduleView(BrokerView):
     """GET, PATCH and DELETE /schedules/{name}."""
 
-    http_method_names = ("get", "patch", "delete", "options")
+    http_method_names = ("get", "head", "patch", "delete", "options")
 
     def get(self, request: Request, name: str) -> Response:
         return Response(schedule_body(schedules.get(name)))

@@ -55,7 +55,7 @@ class WorkflowsView(BrokerView):
 class WorkflowView(BrokerView):
     """GET /workflows/{id} with its steps; DELETE cancels every step left."""
 
-    http_method_names = ("get", "delete", "options")
+    http_method_names = ("get", "head", "delete", "options")
 
     def get(self, request: Request, workflow_id: str) -> Response:
         return Response(reading.describe(_workflow_pk(workflow_id)))

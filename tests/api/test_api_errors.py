@@ -144,3 +144,20 @@ def test_pages__method_the_docs_do_not_serve__405_json(client) -> None:
 @pytest.mark.parametrize("path", ["/", "/admin/", "/dashboard/", "/jobs"])
 def test_host_not_allowed__400_json(client, path: str) -> None:
     assert_json_error(client.get(path, HTTP_HOST="evil.example"), 400)
+
+
+def test_head__every_readable_resource__its_get_without_a_body(api_client, enqueue) -> None:
+    """HTTP's HEAD: GET's status and headers, no body; every path a GET reads but the claim's."""
+    task_id = enqueue(queue="h")
+    patched = api_client.patch("/queues/h", '{"paused": false}', content_type="application/json")
+    assert patched.status_code == 200
+    schedule = {"name": "s", "cron": "0 3 * * *", "job": {"payload": {}}}
+    assert post(api_client, "/schedules", schedule).status_code == 201
+    steps = [{"ref": "a", "job": {"payload": {}}}]
+    flow = post(api_client, "/workflows", {"name": "w", "steps": steps})
+    paths = [f"/jobs/{task_id}", "/queues/h", "/schedules/s", f"/workflows/{flow.json()['id']}"]
+    for path in [*paths, "/jobs", "/queues", "/schedules", "/workflows", "/stats", "/dlq"]:
+        got, head = api_client.get(path), api_client.head(path)
+        assert (path, head.status_code, head["Content-Type"]) == (path, 200, got["Content-Type"])
+        assert head.content == b""
+    assert api_client.head("/queues/nobody-named-it").status_code == 404
