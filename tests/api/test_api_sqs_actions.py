@@ -239,6 +239,16 @@ def test_native_queue_with_live_tasks__known_to_sqs(sqs: Sqs, enqueue) -> None:
     assert SqsQueue.objects.filter(name="native").exists()
 
 
+def test_native_queue_with_settings_only__known_to_sqs(sqs: Sqs, api_client) -> None:
+    body = '{"max_in_flight": 2}'
+    assert api_client.patch("/queues/set", body, content_type="application/json").status_code == 200
+    status, answer, _ = sqs("GetQueueUrl", {"QueueName": "set"})
+    assert status == 200, answer
+    assert answer["QueueUrl"].endswith("/sqs/set")
+    assert sqs("ListQueues", {"QueueNamePrefix": "se"})[1]["QueueUrls"] == [answer["QueueUrl"]]
+    assert _code(sqs, "GetQueueUrl", {"QueueName": "unset"}) == "QueueDoesNotExist"
+
+
 def test_native_string_payload__body_is_the_string(sqs: Sqs, enqueue) -> None:
     enqueue(queue="strings", payload="plain text")
     url = sqs("GetQueueUrl", {"QueueName": "strings"})[1]["QueueUrl"]
