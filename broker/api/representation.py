@@ -13,6 +13,7 @@ from broker.queue import ClaimedTask, Delivery
 from broker.queue.base import api_time
 from broker.queue.dependencies import Parent
 from broker.states import PRIORITY_NAMES
+from contract.limits import DEFAULT_AFTER_POLICY
 
 timestamp = api_time  # RFC 3339, UTC, milliseconds: the one rule, beside the claim's SQL
 
@@ -37,6 +38,8 @@ def claimed_task(task: Task | ClaimedTask) -> dict[str, Any]:
         "created_at": created if isinstance(created, str) else timestamp(created),
         "available_at": available if isinstance(available, str) else timestamp(available),
         "checkpoint": _json_text(task.checkpoint),
+        "workflow": None if task.workflow_id is None else str(task.workflow_id),
+        "ref": task.ref,
     }
 
 
@@ -90,11 +93,8 @@ def listed_task(
     waits or waited for (`after`)."""
     last_head, last_length = last_error
     body = _with_parents(claimed_task(task), parents)
-    body.update(
-        after_policy=task.after_policy,
-        workflow=None if task.workflow_id is None else str(task.workflow_id),
-        ref=task.ref,
-    )
+    # A task without `after` has the default policy, though none applies to it.
+    body["after_policy"] = task.after_policy or DEFAULT_AFTER_POLICY
     body.update(
         state=task.state,
         errors=[_shown_error(e) for e in errors],

@@ -66,6 +66,8 @@ class ClaimedTask:
     after_policy: str | None = None  # not None: it waited for others (`after`)
     checkpoint: str | None = None  # JSON text: the last checkpoint its holders reported
     key: str | None = None
+    workflow_id: int | None = None
+    ref: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ CLAIM_COLUMNS = (
     "after_policy",  # not NULL: the delivery carries its parents (dependencies.parents_of)
     "checkpoint",
     "key",
+    "workflow_id", "ref",
 )  # fmt: skip
 _CLAIM_ORDER = "priority, available_at, id"
 # What a claim answers: the times already as API text (no parsing and formatting per row), and

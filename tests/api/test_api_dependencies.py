@@ -47,7 +47,7 @@ def test_post__after_an_unfinished_task__201_blocked_with_after_and_policy(api_c
         "detail": f"Waits for task {parent} to finish.",
     }
     plain = api_client.get(f"/jobs/{parent}").json()
-    assert (plain["after"], plain["parents"], plain["after_policy"]) == ([], {}, None)
+    assert (plain["after"], plain["parents"], plain["after_policy"]) == ([], {}, "done")
 
 
 @pytest.mark.parametrize(
