@@ -116,8 +116,14 @@ def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
         # The row first (INSERT ... ON CONFLICT DO NOTHING), then its lock: clients that name a
         # new queue at once all insert, and the losers of the unique key would fail; this way
         # they wait for the first insert to commit, then each applies its change in turn.
-        ensure_rows([name])
-        row = Queue.objects.select_for_update().get(name=name)
+        row = None
+        for _ in range(5):  # deleted between the two (SQS's DeleteQueue committed): again
+            ensure_rows([name])
+            row = Queue.objects.select_for_update().filter(name=name).first()
+            if row is not None:
+                break
+        else:
+            raise RuntimeError(f"queue {name!r}: its settings row vanished five times")
         unordered = row.ordered and changes.get("ordered") is False
         loosened = _apply(row, changes)
         row.save()

@@ -1,10 +1,12 @@
-"""FIFO deduplication under real concurrency on PostgreSQL: senders racing with one deduplication
-id (new, or expired and taken over) store one message, and every one of them answers its id."""
+"""SQS under real concurrency on PostgreSQL: senders racing with one FIFO deduplication id (new,
+or expired and taken over) store one message, and every one of them answers its id; queues made
+and deleted at once answer as SQS does."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +16,7 @@ from django.utils import timezone
 from broker.models import SqsDedup, Task
 from broker.sqs import dedup
 from tests.concurrency.conftest import in_thread
+from tests.concurrency.test_contention import ServedClient
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -121,3 +124,36 @@ def test_senders_racing_the_sweepers_prune__one_message(url: str) -> None:
         assert not errors, errors
         assert len({a["MessageId"] for a in answers}) == 1
         assert Task.objects.count() == before + 1
+
+
+def test_create_and_delete_queue_at_once__every_answer_sqs_s_own() -> None:
+    """CreateQueue, DeleteQueue and sends naming one queue from six threads at once: each
+    answer is a success or QueueDoesNotExist (a row inserted or deleted under a call once made
+    a 500 or a 503 out of a unique key's violation)."""
+    answers: list[tuple[str, int, str]] = []
+    errors: list[BaseException] = []
+    until = time.monotonic() + 2.0
+    url = "http://testserver/sqs/churn"
+
+    def loop(action: str, body: dict) -> None:
+        client = ServedClient()
+        while time.monotonic() < until:
+            response = client.post(
+                "/sqs", data=json.dumps(body), content_type=JSON_1_0,
+                HTTP_X_AMZ_TARGET=f"AmazonSQS.{action}",
+            )  # fmt: skip
+            kind = json.loads(response.content).get("__type", "").rpartition("#")[2]
+            answers.append((action, response.status_code, kind))
+
+    jobs = [("CreateQueue", {"QueueName": "churn"})] * 3 + [
+        ("DeleteQueue", {"QueueUrl": url}),
+        ("DeleteQueue", {"QueueUrl": url}),
+        ("SendMessage", {"QueueUrl": url, "MessageBody": "m"}),
+    ]
+    threads = [in_thread(lambda a=a, b=b: loop(a, b), errors) for a, b in jobs]
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert {a for a, status, _ in answers if status == 200} == {a for a, _ in jobs}
+    wrong = {(a, s, k) for a, s, k in answers if s != 200 and k != "QueueDoesNotExist"}
+    assert not wrong, wrong
