@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from broker import queue, validation
 from broker.exceptions import BrokerError, InvalidFields, InvalidTaskError
 from broker.models import Schedule
+from broker.queue import dependencies
 from broker.queue.base import current_time
 from contract.limits import (
     MAX_CRON,
@@ -122,6 +123,8 @@ def _job_problems(job: Any) -> tuple[str | None, dict[str, list[str]]]:
     """(the job as stored JSON text, problems): validated as POST /jobs validates a body."""
     try:
         spec = validation.new_task(job)
+        if spec.after:  # the tasks it names, as the enqueue will find them
+            dependencies.check(spec.after, spec.after_policy, "after")
     except InvalidTaskError as exc:
         # "body" is the enqueue body as a whole (say, null): here that is the job itself.
         return None, {
@@ -263,11 +266,14 @@ def fire_due(limit: int = 100) -> int:
 
 
 def _enqueue(schedule: Schedule) -> int | None:
+    # A job valid when saved may not be now (a job type removed since, a task it waits for
+    # cancelled): this due time is skipped, saying why, and the sweeper goes on.
     try:
         spec = validation.new_task(json.loads(schedule.job))
-    except InvalidTaskError as exc:  # a job type removed since: skip this due time, say why
+        with transaction.atomic():  # a savepoint: a refused enqueue leaves the others' fires
+            pk, _ = queue.enqueue(spec)
+    except InvalidTaskError as exc:
         log.warning("schedule %s: its job is no longer valid (%s); nothing enqueued",
                     schedule.name, exc)  # fmt: skip
         return None
-    pk, _ = queue.enqueue(spec)
     return pk

@@ -14,6 +14,18 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
+
+def _whole(name: str, default: int, least: int = 1) -> int:
+    """An integer setting of at least `least`; anything else stops the process at start, naming
+    it (env.int's ValueError was a traceback, and 0 or -1 a sweeper spinning or a history gone)."""
+    raw = env.str(name, default="").strip() or str(default)
+    if not re.fullmatch(r"[+-]?\d{1,18}", raw) or int(raw) < least:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{name}: a whole number of at least {least}; not {raw!r}")
+    return int(raw)
+
+
 # Off unless asked for (`make run` asks): an environment nobody set up is production, not dev.
 DEBUG = env.bool("DEBUG", default=False)
 # The public development key only ever with DEBUG on. With DEBUG off and no key, only what signs
@@ -113,7 +125,7 @@ WSGI_APPLICATION = "queueproject.wsgi.application"
 # After losing PostgreSQL (a restart, a failover), each process tries to reconnect this often
 # (the pool and the LISTEN connection): writes resume within this of the primary being back.
 # psycopg_pool's own schedule (1, 2, 4, 8 ... s apart) left a failover 12 s longer.
-BROKER_DB_RECONNECT_MS = env.int("BROKER_DB_RECONNECT_MS", default=200)
+BROKER_DB_RECONNECT_MS = _whole("BROKER_DB_RECONNECT_MS", 200)
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
@@ -131,8 +143,8 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     # parked long-polls, and a parked request gives its connection back while it waits.
     _db["CONN_MAX_AGE"] = 0
     _db.setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env.int("BROKER_DB_POOL_MIN", default=2),
-        "max_size": env.int("BROKER_DB_POOL_MAX", default=16),
+        "min_size": _whole("BROKER_DB_POOL_MIN", 2, least=0),
+        "max_size": _whole("BROKER_DB_POOL_MAX", 16),
         "timeout": env.float("BROKER_DB_POOL_TIMEOUT", default=8.0),
     }
     # Each pooled connection is checked (one empty round trip) before a request gets it: after
@@ -211,12 +223,12 @@ def _sqs_credentials(entries: list[str]) -> dict[str, str]:
 
 # Access keys that may sign SQS requests (AWS Signature V4) while BROKER_API_TOKENS is set.
 BROKER_SQS_CREDENTIALS = _sqs_credentials(env.list("BROKER_SQS_CREDENTIALS", default=[]))
-BROKER_SWEEP_INTERVAL_MS = env.int("BROKER_SWEEP_INTERVAL_MS", default=250)
-BROKER_RETRY_BASE_MS = env.int("BROKER_RETRY_BASE_MS", default=1000)
-BROKER_RETRY_MAX_MS = env.int("BROKER_RETRY_MAX_MS", default=30000)
+BROKER_SWEEP_INTERVAL_MS = _whole("BROKER_SWEEP_INTERVAL_MS", 250)
+BROKER_RETRY_BASE_MS = _whole("BROKER_RETRY_BASE_MS", 1000)
+BROKER_RETRY_MAX_MS = _whole("BROKER_RETRY_MAX_MS", 30000)
 # A sweeper back after losing the database holds the leases that ran out since its last sweep
 # this long before it reclaims them: their workers could not settle them meanwhile.
-BROKER_OUTAGE_GRACE_MS = env.int("BROKER_OUTAGE_GRACE_MS", default=limits.OUTAGE_GRACE_MS)
+BROKER_OUTAGE_GRACE_MS = _whole("BROKER_OUTAGE_GRACE_MS", limits.OUTAGE_GRACE_MS, least=0)
 
 
 def _duration(name: str, default: str) -> timedelta:
@@ -236,14 +248,14 @@ def _duration(name: str, default: str) -> timedelta:
 # Dead tasks are never pruned.
 BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 # How long GET /stats/history keeps its points: one-minute ones (two days), hourly ones (90 days).
-BROKER_HISTORY_MINUTES = env.int("BROKER_HISTORY_MINUTES", default=2880)
-BROKER_HISTORY_HOURS = env.int("BROKER_HISTORY_HOURS", default=2160)
-BROKER_MAX_BODY_BYTES = env.int("BROKER_MAX_BODY_BYTES", default=limits.DEFAULT_MAX_BODY_BYTES)
+BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", 2880)
+BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", 2160)
+BROKER_MAX_BODY_BYTES = _whole("BROKER_MAX_BODY_BYTES", limits.DEFAULT_MAX_BODY_BYTES)
 # Django's own body cap (request.body refuses more) must not cut in below ours, nor below /sqs's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, limits.SQS_MAX_REQUEST_BYTES)
 # SQLite has no notifications: each broker process looks for ready tasks this often while
 # claims are parked (one query per tick, however many are parked).
-BROKER_SQLITE_POLL_MS = env.int("BROKER_SQLITE_POLL_MS", default=50)
+BROKER_SQLITE_POLL_MS = _whole("BROKER_SQLITE_POLL_MS", 50)
 # Claim requests are noted in memory and written once a second by a thread (broker.claimers);
 # in-process tests turn the thread off and write the notes themselves.
 BROKER_CLAIM_LOG_THREAD = env.bool("BROKER_CLAIM_LOG_THREAD", default=True)

@@ -78,6 +78,17 @@ def lock_parents(named: Iterable[int]) -> dict[int, str]:
     return dict(Task.objects.filter(pk__in=ids).values_list("pk", "state"))
 
 
+def check(after: Sequence[int], policy: str, field: str) -> None:
+    """Whether a task waiting for `after` could be enqueued now, as the enqueue would judge it,
+    without locking or enqueuing anything (a schedule's job, checked when it is saved). Raises
+    InvalidTaskError naming `<field>.2`."""
+    states = dict(Task.objects.filter(pk__in=sorted(set(after))).values_list("pk", "state"))
+    unknown = {f"{field}.{i}": ["No such task."] for i, pk in enumerate(after) if pk not in states}
+    if unknown:
+        raise InvalidTaskError(unknown)
+    plan(after, policy, states, field)
+
+
 def plan(after: Sequence[int], policy: str, states: Mapping[int, str], field: str) -> Blocking:
     """How a new task waiting for `after` under `policy` starts. Raises InvalidTaskError when
     it could never run (a parent cancelled under "done")."""

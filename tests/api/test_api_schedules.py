@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -112,6 +113,25 @@ def test_create__typed_job__validated_like_post_jobs(api_client) -> None:
     r = create(api_client, name="sleepy", every_s=60, job=job)
     assert r.status_code == 201
     assert r.json()["job"] == job
+
+
+def test_create_and_patch__job_after_a_cancelled_or_unknown_task__400_as_post_jobs(
+    api_client, enqueue
+) -> None:
+    cancelled = enqueue()
+    assert api_client.delete(f"/jobs/{cancelled}").status_code == 204
+    job = {"payload": 1, "after": ["999999", cancelled]}
+    r = create(api_client, name="n", every_s=5, job=job)
+    assert r.status_code == 400, r.content
+    assert set(r.json()["fields"]) == {"job.after.0"}
+    r = create(api_client, name="n", every_s=5, job={"payload": 1, "after": [cancelled]})
+    assert list(r.json()["fields"]) == ["job.after.0"]
+    finished = {"payload": 1, "after": [cancelled], "after_policy": "finished"}
+    assert create(api_client, name="n", every_s=5, job=finished).status_code == 201
+    body = json.dumps({"job": {"payload": 1, "after": [cancelled]}})
+    r = api_client.patch("/schedules/n", body, content_type="application/json")
+    assert r.status_code == 400 and list(r.json()["fields"]) == ["job.after.0"], r.content
+    assert api_client.get("/schedules/n").json()["job"] == finished
 
 
 def test_list_and_get_and_404(api_client) -> None:

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -136,6 +137,32 @@ def test_retention_setting__bad_value__improperly_configured(
     monkeypatch.setenv("BROKER_RETENTION", raw)
     with pytest.raises(ImproperlyConfigured, match="BROKER_RETENTION"):
         project_settings._duration("BROKER_RETENTION", "7d")
+
+
+@pytest.mark.parametrize(
+    ("raw", "least"), [("0", 1), ("-1", 1), ("abc", 1), ("1.5", 0), ("1e3", 1)]
+)
+def test_whole_number_setting__bad_value__improperly_configured_naming_it(
+    monkeypatch: pytest.MonkeyPatch, raw: str, least: int
+) -> None:
+    monkeypatch.setenv("BROKER_HISTORY_MINUTES", raw)
+    with pytest.raises(ImproperlyConfigured, match="BROKER_HISTORY_MINUTES: a whole number"):
+        project_settings._whole("BROKER_HISTORY_MINUTES", 2880, least=least)
+
+
+def test_whole_number_setting__given_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BROKER_SQLITE_POLL_MS", raising=False)
+    assert project_settings._whole("BROKER_SQLITE_POLL_MS", 50) == 50
+    monkeypatch.setenv("BROKER_SQLITE_POLL_MS", "")
+    assert project_settings._whole("BROKER_SQLITE_POLL_MS", 50) == 50
+    monkeypatch.setenv("BROKER_SQLITE_POLL_MS", " 0 ")
+    assert project_settings._whole("BROKER_SQLITE_POLL_MS", 50, least=0) == 0
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "x"])
+def test_runsweeper__interval_of_no_milliseconds__usage_error(raw: str) -> None:
+    with pytest.raises(CommandError, match="--interval-ms"):
+        call_command("runsweeper", "--interval-ms", raw)
 
 
 def test_retention_setting__unset__seven_days() -> None:

@@ -125,6 +125,24 @@ def test_fire__job_no_longer_valid__skips_that_due_time_says_why(
     assert "no longer valid" in caplog.text
 
 
+def test_fire__a_task_it_waits_for_cancelled_since__skips_that_due_time_others_fire(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from broker import queue
+
+    parent, _ = queue.enqueue(queue.NewTask(payload="{}", queue="up"))
+    make(name="a", every_s=10, job={**JOB, "after": [str(parent)]})
+    make(name="b", every_s=10)
+    queue.cancel(parent)
+    clock.advance(seconds=10)
+    assert schedules.fire_due() == 2  # the sweeper goes on (it raised, and died, before)
+    assert list(Task.objects.exclude(pk=parent).values_list("queue", flat=True)) == ["cron"]
+    assert Schedule.objects.get(name="a").last_task_id is None
+    assert Schedule.objects.get(name="a").next_run_at == T0 + timedelta(seconds=20)
+    assert "schedule a: its job is no longer valid" in caplog.text
+    assert queue.stats()["totals"]["enqueued"] == 2  # the parent and b's task: none half-made
+
+
 def test_sweep__fires_and_folds_the_counts(clock: Clock) -> None:
     from broker import queue
 

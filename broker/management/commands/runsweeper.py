@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import threading
@@ -16,6 +17,17 @@ from broker.sweeper import OutageWatch, sweep_once
 log = logging.getLogger("broker.sweeper")
 
 
+def _positive(text: str) -> int:
+    """--interval-ms: 0 or less would spin (or, read as unset, quietly be the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of milliseconds ≥ 1, not {text!r}")
+    return value
+
+
 class Command(BaseCommand):
     help = (
         "Reclaim expired leases, promote delayed tasks whose time came, fire due schedules, and"
@@ -23,7 +35,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--interval-ms", type=int, default=None)
+        parser.add_argument("--interval-ms", type=_positive, default=None, metavar="MS")
         parser.add_argument("--once", action="store_true", help="Sweep once and exit.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -50,6 +62,11 @@ class Command(BaseCommand):
                 if watch.lost_since is None:
                     log.warning("sweep failed: %s", exc)
                 watch.failed()
+                connection.close()
+            except Exception:
+                # A fault in one step must not stop the rest for good (a dead sweeper reclaims
+                # and promotes nothing): logged with its traceback, tried again next tick.
+                log.exception("sweep failed; trying again next tick")
                 connection.close()
             stop.wait(interval_ms / 1000)
         self.stdout.write("sweeper stopped")
