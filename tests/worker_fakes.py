@@ -213,7 +213,7 @@ class FakeBroker:
             self.events.append(("progress", task_id, dict(report), lease_ms))
         return self.extend_answer
 
-    def cancel_claims(self) -> None:
+    def cancel_claims(self, *, hard: bool = True) -> None:
         """Wake parked claims; later ones return None."""
         with self._cond:
             self.cancelled = True

@@ -372,10 +372,11 @@ class BrokerClient(BatchVerbs):
 
     # -- life cycle -----------------------------------------------------------------------
 
-    def cancel_claims(self) -> None:
-        """Make parked and future claims return None at once (their sockets are shut down)."""
+    def cancel_claims(self, *, hard: bool = True) -> None:
+        """Make future claims return None, and parked ones at once: their sockets are shut down
+        (hard), or only hung up, so that a claim the broker is answering still gets its task."""
         self._cancelled.set()
-        self._transport.cut()
+        self._transport.cut(socket.SHUT_RDWR if hard else socket.SHUT_WR)
 
     def close(self) -> None:
         """Close every thread's connection (call when no thread uses the client any more)."""

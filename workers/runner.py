@@ -123,9 +123,12 @@ class Runner:
         self._stop.set()
         if self._prefetcher is not None:
             self._prefetcher.stop()
-        # Claims already answering get a moment to arrive: a claim cut after the broker handed
-        # out its task would strand that task until its lease expires. Claims still parked
-        # after the grace are cut; the broker sees the hang-up and hands them nothing.
+        # Parked claims hang up at once (their sockets' write side shut): the broker drops a
+        # parked claim on seeing it and hands it nothing, while a claim it is already answering
+        # still gets its task, which is run (cut both ways, it would be stranded until its
+        # lease expired). One still open after the grace (a proxy that hides a half-close) is
+        # cut.
+        self._client.cancel_claims(hard=False)
         timer = threading.Timer(self.claim_grace_s, self._client.cancel_claims)
         timer.daemon = True
         timer.start()

@@ -94,17 +94,19 @@ class Cutter:
             self._conns.add(conn)
             # A cut that ran between the claim's armed check and this connect found no socket.
             if self._armed and self._cancelled.is_set():
-                _shutdown(conn)
+                _shutdown(conn, socket.SHUT_RDWR)
 
-    def cut(self) -> None:
-        """Shut down this thread's sockets if it is in an armed request; otherwise do nothing."""
+    def cut(self, how: int = socket.SHUT_RDWR) -> None:
+        """Shut down this thread's sockets if it is in an armed request; otherwise do nothing.
+        how=SHUT_WR only hangs up: the broker drops a parked claim at once, and an answer
+        already on its way (a task handed out) still arrives."""
         with self._lock:
             if self._armed:
                 for conn in list(self._conns):
-                    _shutdown(conn)
+                    _shutdown(conn, how)
 
 
-def _shutdown(conn: HTTPConnection) -> None:
+def _shutdown(conn: HTTPConnection, how: int) -> None:
     """Shut the socket down (not close: the owning thread still holds it and will close it)."""
     sock = conn.sock
     if sock is None:
@@ -112,7 +114,7 @@ def _shutdown(conn: HTTPConnection) -> None:
     try:
         # The plain socket method: SSLSocket.shutdown would also drop its SSL object under the
         # reading thread's feet.
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        socket.socket.shutdown(sock, how)
     except OSError:
         pass  # already closed or never connected: nothing left to interrupt
 
@@ -236,12 +238,12 @@ class Transport:
             if interruptible:
                 lane.cutter.disarm()
 
-    def cut(self) -> None:
+    def cut(self, how: int = socket.SHUT_RDWR) -> None:
         """Shut down every thread's interruptible request in flight (see Cutter)."""
         with self._lanes_lock:
             lanes = list(self._lanes)
         for lane in lanes:
-            lane.cutter.cut()
+            lane.cutter.cut(how)
 
     def close(self) -> None:
         """Close every thread's connection (call when no thread uses the transport any more)."""

@@ -115,8 +115,9 @@ class Broker(Protocol):
         False when the lease is lost or over."""
         ...
 
-    def cancel_claims(self) -> None:
-        """Make parked and future claims return None at once; ack, nack, extend keep working."""
+    def cancel_claims(self, *, hard: bool = True) -> None:
+        """Make parked and future claims return None at once (not hard: a claim being answered
+        still gets its tasks); ack, nack, extend keep working."""
         ...
 
     def claim_many(

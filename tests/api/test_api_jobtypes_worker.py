@@ -50,7 +50,7 @@ class InProcessBroker:
         r = post(self.client, f"/jobs/{task_id}/extend?lease_id={lease_id}&lease_ms={lease_ms}")
         return r.status_code == 200
 
-    def cancel_claims(self) -> None:
+    def cancel_claims(self, *, hard: bool = True) -> None:
         pass
 
 

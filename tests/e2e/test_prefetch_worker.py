@@ -86,6 +86,26 @@ def test_prefetch__sigterm_mid_drain__settles_all_it_holds_then_another_finishes
     assert "refused" not in first.log_path.read_text()
 
 
+def test_sigterm_while_parked__a_task_enqueued_after_it_is_not_taken(
+    db_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM: stop claiming. The parked claims hang up at once, so a task enqueued just after
+    the signal stays ready for another worker (the grace once let them take it, and run it)."""
+    with gunicorn(db_url, tmp_path) as base:
+        first = enqueue_batch(base, [{"payload": {"n": 1}}])[0]
+        worker = _worker(base, db_url, tmp_path, "w", "--wait-ms", "20000", "--concurrency", "3")
+        wait_until(lambda: _stats(base)["totals"]["acked"] == 1, 30, what="the first ack")
+        time.sleep(0.5)  # its claims parked again
+        worker.send(signal.SIGTERM)
+        time.sleep(0.3)
+        late = enqueue_batch(base, [{"payload": {"n": 2}}])[0]
+        assert worker.wait(10) == 0, worker.output()
+        worker.stop()
+        task = http("GET", f"{base}/jobs/{late}")[1]
+        assert (task["state"], task["attempts"]) == ("ready", 0)
+        assert http("GET", f"{base}/jobs/{first}")[1]["state"] == "done"
+
+
 def test_prefetch__kill_9_mid_drain__held_tasks_come_back_and_finish(
     db_url: str, tmp_path: Path
 ) -> None:
