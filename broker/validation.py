@@ -275,7 +275,11 @@ def new_tasks(bodies: list[Any], prefix: str) -> list[NewTask]:
         serializer = serializer or EnqueueSerializer()
         task, item_problems = _checked(body, serializer)
         if task is None:
-            problems.update({f"{prefix}.{index}.{k}": v for k, v in item_problems.items()})
+            # "body" (or "") is the item as a whole, say not an object: named "jobs.3".
+            problems.update(
+                {f"{prefix}.{index}" if k in ("", "body") else f"{prefix}.{index}.{k}": v
+                 for k, v in item_problems.items()}
+            )  # fmt: skip
         else:
             tasks.append(task)
     if problems:

@@ -118,8 +118,8 @@ def _keyed(
         behind = dependencies.key_predecessor(task_id)
         if behind is not None:
             detail = (
-                f"Task {behind}, an earlier task of its key {key!r}, is not finished: the "
-                "queue is ordered, one task of a key at a time."
+                f"Task {behind} of its key {key!r} is not finished: the queue is ordered, "
+                "one task of a key at a time."
             )
             return {"reason": "key_busy", "behind": str(behind), "detail": detail}
     if settings is not None and settings.key_max_in_flight is not None and key is not None:

@@ -42,7 +42,8 @@ class Queue(models.Model):
 
 class KeyState(models.Model):
     """One key of one queue (keyless tasks: key ""): when a claim last handed out one of its
-    tasks (fair claims take the key served longest ago first; never: 1970), and, in an ordered
+    tasks (fair claims take the key served longest ago first; never: when the key appeared, a
+    thousand years back, keys.unserved), and, in an ordered
     queue, its last task (the next one enqueued waits for it). Locked by the enqueues of its
     key; pruned by the sweeper once the key has no live task."""
 

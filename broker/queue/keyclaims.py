@@ -3,14 +3,15 @@ queue's settings row lock that broker.queue.restricted takes: one claim of such 
 so what a pick reads (the keys' last hand-outs, their tasks in flight) is what it acts on.
 
 - fair: among the claimable tasks of the highest priority present, the oldest task of the key
-  whose last hand-out is longest ago (keyless tasks are the key ""; a key never served comes
-  first). A claim of n takes them round by round, as n single claims in a row would: one task of
-  each key in that order, then a second of each, ...; the keys' `served_at` then moves on, in
-  the order their tasks were taken. The keys are walked in `served_at` order (keystate_served_idx),
-  each probed once on task_key_claim_idx: one key's backlog is one probe, never walked. A round
-  that finds one key alone at the top priority (a queue whose tasks have no key: an SQS standard
-  queue, fair from its CreateQueue) takes that key's next tasks in one more probe, as the rounds
-  to come would one by one: a claim of n costs the same few statements whatever n is.
+  whose last hand-out is longest ago (keyless tasks are the key ""; keys never served come first,
+  oldest first: keys.unserved). A claim of n takes them round by round, as n single claims in a
+  row would: one task of each key in that order, then a second of each, ...; the keys' `served_at`
+  then moves on, in the order their tasks were taken. The keys are walked in `served_at` order
+  (keystate_served_idx), each probed once on task_key_claim_idx: one key's backlog is one probe,
+  never walked. A round that finds one key alone at the top priority (a queue whose tasks have no
+  key: an SQS standard queue, fair from its CreateQueue) takes that key's next tasks in one more
+  probe, as the rounds to come would one by one: a claim of n costs the same few statements
+  whatever n is.
 - key_max_in_flight: a key with that many tasks handed out is skipped until one of them ends;
   keyless tasks are not limited. Without `fair` the queue keeps claim order (priority, oldest),
   walking past the ready tasks of full keys.
@@ -26,7 +27,7 @@ from django.db import connection
 
 from broker.models import KeyState, Task
 from broker.queue.base import current_time
-from broker.queue.keys import KEYLESS, NEVER
+from broker.queue.keys import KEYLESS, UNSERVED_LEAD, unserved
 from broker.queue.sql import CLAIMABLE
 
 IN_FLIGHT = (
@@ -60,8 +61,14 @@ MORE_OF_KEY = (
     " AND priority = (SELECT priority FROM broker_task WHERE id = %(first)s)"
     " AND id <> ALL(%(taken)s) ORDER BY available_at, id LIMIT %(most)s"
 )
+# The keyless tasks' row, when missing: never served, appeared with its oldest claimable task (as
+# keys do with their first task; keys.unserved). The probe runs only when the row is missing.
 KEYLESS_ROW = (
-    "INSERT INTO broker_keystate (queue, key, served_at) VALUES (%(queue)s, '', %(never)s)"
+    "INSERT INTO broker_keystate (queue, key, served_at) SELECT %(queue)s::varchar, '',"
+    " COALESCE((SELECT created_at FROM broker_task WHERE state = 'ready' AND NOT key_wait"
+    " AND queue = %(queue)s AND COALESCE(key, '') = '' ORDER BY priority, available_at, id"
+    " LIMIT 1), %(now)s::timestamptz) - %(lead)s::interval"
+    " WHERE NOT EXISTS (SELECT 1 FROM broker_keystate WHERE queue = %(queue)s AND key = '')"
     " ON CONFLICT (queue, key) DO NOTHING"
 )
 SERVED = (
@@ -130,9 +137,18 @@ def _keyless_row(queue: str) -> None:
     """The keyless tasks' KeyState row, so a fair round walks them as a key of their own."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(KEYLESS_ROW, {"queue": queue, "never": NEVER})
+            cursor.execute(
+                KEYLESS_ROW, {"queue": queue, "now": current_time(), "lead": UNSERVED_LEAD}
+            )
         return
-    KeyState.objects.get_or_create(queue=queue, key=KEYLESS, defaults={"served_at": NEVER})
+    if KeyState.objects.filter(queue=queue, key=KEYLESS).exists():
+        return
+    oldest = (
+        Task.objects.ready([queue]).filter(key__isnull=True).claim_order()
+        .values_list("created_at", flat=True).first()
+    )  # fmt: skip
+    at = unserved(oldest or current_time())
+    KeyState.objects.get_or_create(queue=queue, key=KEYLESS, defaults={"served_at": at})
 
 
 def _fair_round(params: dict[str, Any]) -> list[tuple[int, str | None]]:

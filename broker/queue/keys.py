@@ -19,16 +19,19 @@ no live task.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 
 from broker.models import Dependency, KeyState, Queue, Task
+from broker.queue.base import current_time
 from broker.states import State
 from broker.wakeup import announce
 
-NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # served_at of a key never served: it comes first
+# A key never served has served_at = when it appeared minus this: before every key served (a
+# real time), and among the others by age, as a claim takes the oldest first.
+UNSERVED_LEAD = timedelta(days=1000 * 365)
 KEYLESS = ""  # the one key of the tasks without one
 UNFINISHED = (State.READY, State.HANDED_OUT, State.DELAYED, State.BLOCKED)
 _UPSERT = (
@@ -41,16 +44,25 @@ _UPSERT = (
 def hold(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
     """Upsert and lock the KeyState rows of (queue, key) pairs, in one lock order; each pair's
     tail (the last task enqueued for it in an ordered queue). Call in the enqueue's transaction."""
-    pairs = sorted(set(pairs))
+    # A new key's stamp: in the order the batch names keys (a microsecond apart), then locked
+    # in one order.
+    first_seen = {pair: n for n, pair in reversed(list(enumerate(pairs)))}
+    pairs = sorted(first_seen)
     if not pairs:
         return {}
-    at = connection.ops.adapt_datetimefield_value(NEVER)
+    base = unserved(current_time())
+    adapt = connection.ops.adapt_datetimefield_value
     params: list[object] = []
     for queue, key in pairs:
-        params += [queue, key, at]
+        params += [queue, key, adapt(base + timedelta(microseconds=first_seen[queue, key]))]
     with connection.cursor() as cursor:
         cursor.execute(_UPSERT.format(rows=", ".join(["(%s, %s, %s)"] * len(pairs))), params)
         return {(queue, key): tail for queue, key, tail in cursor.fetchall()}
+
+
+def unserved(appeared: datetime) -> datetime:
+    """served_at of a key never served that appeared (its oldest task enqueued) at `appeared`."""
+    return appeared - UNSERVED_LEAD
 
 
 def ordered_queues(names: set[str]) -> set[str]:

@@ -134,9 +134,7 @@ def test_task_page__ordered_key_busy__says_so_and_links_the_task_it_is_behind(
     shown = _waiting(admin_client.get(_change(second)).content.decode())
 
     assert '<b class="broker-waiting">key_busy</b>' in shown
-    assert f"Task {first}, an earlier task of its key 'account-7', is not finished" in unescape(
-        shown
-    )
+    assert f"Task {first} of its key 'account-7' is not finished" in unescape(shown)
     assert f'(behind <a href="{_change(first)}">#{first}</a>)' in shown
 
 

@@ -50,6 +50,13 @@ def test_enqueue_batch__unknown_field_in_item__400(api_client) -> None:
     assert r.json()["fields"] == {"jobs.0.max_attempt": ["Unknown field."]}
 
 
+@pytest.mark.parametrize("item", [5, None, [1], "job"])
+def test_enqueue_batch__item_not_an_object__400_naming_the_item(api_client, item) -> None:
+    r = _batch(api_client, [{"payload": 1}, item])
+    assert r.status_code == 400
+    assert list(r.json()["fields"]) == ["jobs.1"], r.json()
+
+
 def test_enqueue_batch__idempotency_keys__repeat_gets_first_id(api_client) -> None:
     first = api_client.post("/jobs", {"payload": 1, "idempotency_key": "k1"}, format="json")
     r = _batch(

@@ -171,12 +171,23 @@ def test_fair__a_claim_of_several__round_robin_by_last_hand_out() -> None:
     put("f", "c", 1)
     put("f", None, 1)
     first = claimed("f", 6)
-    # Never served, in key order ("" is the keyless tasks' key): one of each, then again.
-    assert [key for _, key in first] == [None, "a", "b", "c", "a", "b"]
+    # Never served, oldest first (the keyless tasks count as one key): one of each, then again.
+    assert [key for _, key in first] == ["a", "b", "c", None, "a", "b"]
     second = claimed("f", 3)
     assert [key for _, key in second] == ["a", "a", "a"]
     served = dict(KeyState.objects.filter(queue="f").values_list("key", "served_at"))
-    assert served[""] < served["c"] < served["b"] < served["a"]
+    assert served["c"] < served[""] < served["b"] < served["a"]
+
+
+@pytest.mark.parametrize("keys", [["b", "a", None], [None, "b", "a"], ["z", None, "y"]])
+def test_fair__keys_never_served__their_oldest_task_first(keys: list[str | None]) -> None:
+    queues.update("f", {"fair": True})
+    for key in keys:
+        put("f", key)
+    assert [key for _, key in claimed("f", 3)] == keys
+    for key in keys:
+        put("f", key)
+    assert [key for _, key in (claimed("f") + claimed("f") + claimed("f"))] == keys
 
 
 def test_fair__a_key_served_last_waits_for_the_others() -> None:
@@ -201,10 +212,10 @@ def test_fair__one_key_alone_at_the_top__its_tasks_then_a_round_below() -> None:
     (low_a,) = put("f", "a")
     got = claimed("f", 6)
     # The keyless tasks alone are urgent: all three, as three claims in a row would take them;
-    # then a round of the next priority, by key ("a" before "b": never served, name order).
+    # then a round of the next priority, oldest key first ("b" before "a": never served).
     assert got[:3] == [(pk, None) for pk in top]
-    assert [key for _, key in got[3:]] == ["a", "b", "b"]
-    assert got[3][0] == low_a
+    assert [key for _, key in got[3:]] == ["b", "a", "b"]
+    assert got[4][0] == low_a
 
 
 def test_fair__one_key_alone__a_claim_of_several_stops_at_its_limit() -> None:
