@@ -7,13 +7,14 @@ counter rows, dependency rows and claim notes; never a claim.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 
 from broker.claimers import workers_seen
-from broker.models import Queue, QueueCounter, Task
+from broker.models import KeyState, Queue, QueueCounter, Task
 from broker.queue import dependencies, restricted
 from broker.queue.base import current_time
 from broker.states import State
@@ -52,8 +53,9 @@ def explain(task_id: int) -> dict[str, Any] | None:
             "until": _stamp(available_at),
             "detail": f"Enqueued with a delay: it becomes ready at {_stamp(available_at)}.",
         }
-    return _held(queue_name, task_id, key, key_wait) or _queued(
-        task_id, queue_name, priority, available_at
+    settings = Queue.objects.filter(name=queue_name).first()
+    return _held(queue_name, settings, task_id, key, key_wait) or _queued(
+        task_id, queue_name, priority, available_at, key, settings
     )
 
 
@@ -74,9 +76,10 @@ def _tasks(ids: list[int]) -> str:
     return "task" if len(ids) == 1 else "tasks"
 
 
-def _held(queue_name: str, task_id: int, key: str | None, key_wait: bool) -> dict[str, Any] | None:
+def _held(
+    queue_name: str, settings: Queue | None, task_id: int, key: str | None, key_wait: bool
+) -> dict[str, Any] | None:
     """The first reason the queue's settings, its key or its workers give a ready task, if any."""
-    settings = Queue.objects.filter(name=queue_name).first()
     if settings is not None and settings.paused:
         return {
             "reason": "queue_paused",
@@ -131,20 +134,66 @@ def _keyed(
     return None
 
 
-def _queued(task_id: int, queue_name: str, priority: int, available_at: datetime) -> dict[str, Any]:
+def _queued(
+    task_id: int,
+    queue_name: str,
+    priority: int,
+    available_at: datetime,
+    key: str | None,
+    settings: Queue | None,
+) -> dict[str, Any]:
     """`queued`, with how many ready tasks of the queue are claimed before this one."""
-    ahead = (
-        Task.objects.ready([queue_name])
-        .filter(
-            Q(priority__lt=priority)
-            | Q(priority=priority, available_at__lt=available_at)
-            | Q(priority=priority, available_at=available_at, pk__lt=task_id)
-        )
-        .count()
+    older = Q(priority=priority, available_at__lt=available_at) | Q(
+        priority=priority, available_at=available_at, pk__lt=task_id
     )
+    ready = Task.objects.ready([queue_name])
+    if settings is None or not (settings.fair or settings.key_max_in_flight is not None):
+        ahead = ready.filter(Q(priority__lt=priority) | older).count()
+    else:
+        ahead = _ahead_by_key(ready, task_id, priority, older, key, settings)
     detail = (
         "Next in line: the next claim of its queue takes it."
         if ahead == 0
         else f"{ahead} ready task{'s' if ahead != 1 else ''} of its queue go first."
     )
     return {"reason": "queued", "ahead": ahead, "detail": detail}
+
+
+def _ahead_by_key(
+    ready: Any, task_id: int, priority: int, older: Q, key: str | None, settings: Queue
+) -> int:
+    """`ahead` where keys decide the order (keyclaims): a key held at key_max_in_flight gives
+    only its free slots before this task; in a fair queue, the tasks of this task's priority go
+    round by round over the keys in their served order, so each other key gives at most as many
+    as this task's key has turns before it (keyless tasks are one key of their own, "")."""
+
+    def by_key(rows: Any) -> Counter[str]:
+        counted = rows.order_by().values_list("key").annotate(n=Count("id"))
+        return Counter({k or "": n for k, n in counted})
+
+    own = key or ""
+    room: dict[str, float] = defaultdict(lambda: float("inf"))
+    if settings.key_max_in_flight is not None:
+        held = Task.objects.filter(queue=settings.name, state=State.HANDED_OUT, key__isnull=False)
+        for k, n in by_key(held).items():
+            room[k] = max(0, settings.key_max_in_flight - n)
+    if not settings.fair:
+        before = by_key(ready.filter(Q(priority__lt=priority) | older))
+        return sum(n if k in ("", own) else int(min(n, room[k])) for k, n in before.items())
+    higher = by_key(ready.filter(priority__lt=priority))
+    same = by_key(ready.filter(priority=priority).exclude(pk=task_id))
+    mine = ready.filter(older).filter(key=key).count() if key else ready.filter(
+        older, key__isnull=True).count()  # fmt: skip
+    keys = KeyState.objects.filter(queue=settings.name).order_by("served_at", "key")
+    place = {k: n for n, k in enumerate(keys.values_list("key", flat=True))}
+    position = place.get(own, -1)  # no row yet: first in line
+    ahead = mine
+    for k in set(higher) | set(same):
+        limit = room[k] if k else float("inf")
+        took = min(higher[k], limit)
+        if k == own:
+            ahead += int(took)
+            continue
+        turns = mine + (1 if place.get(k, len(place)) < position else 0)
+        ahead += int(took + min(same[k], turns, limit - took))
+    return ahead

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -175,3 +176,45 @@ def test_waiting__listing_keeps_its_shape(api_client, put) -> None:
     put("q")
     (listed,) = api_client.get("/jobs").json()["results"]
     assert "waiting" not in listed
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"fair": True}, {"key_max_in_flight": 1}, {"fair": True, "key_max_in_flight": 2}, {}],
+)
+def test_waiting__keyed_queue__ahead_is_how_many_claims_come_before_it(
+    api_client, put, take, settings: dict
+) -> None:
+    """`ahead` of each ready task is the number of single claims that hand out others before
+    it, as the claims then do (a fair queue's rounds; a key at key_max_in_flight gives only its
+    free slots)."""
+    seen(EVERY_QUEUE)
+    body = json.dumps(settings)
+    assert api_client.patch("/queues/k", body, content_type="application/json").status_code == 200
+    put("k", 6, key="big")
+    put("k", 2, key="mid")
+    put("k", 1)
+    put("k", 2, key="late")
+    held = take(["k"])  # big's first, kept: it holds a slot of its key
+    assert held[0]["task"]["key"] == "big"
+    put("k", 1, key="small", priority="high")
+    ahead = {pk: waiting(api_client, pk) for pk in _ready(api_client)}
+    order = []
+    while True:
+        delivered = take(["k"])
+        if not delivered and held:
+            ack_all(api_client, held)  # all else went: big's slot frees, its tasks go too
+            held = []
+            continue
+        if not delivered:
+            break
+        order.append(delivered[0]["task"]["id"])
+        ack_all(api_client, delivered)
+    assert sorted(order) == sorted(ahead)
+    assert {pk: w["ahead"] for pk, w in ahead.items() if w["reason"] == "queued"} == {
+        pk: order.index(pk) for pk, w in ahead.items() if w["reason"] == "queued"
+    }
+
+
+def _ready(client) -> list[str]:
+    return [t["id"] for t in client.get("/jobs?state=ready&queue=k&limit=100").json()["results"]]
