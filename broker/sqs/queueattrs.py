@@ -18,17 +18,25 @@ READ_ONLY = (
     "LastModifiedTimestamp",
     "QueueArn",
 )
-FIFO_ONLY = ("FifoQueue", "ContentBasedDeduplication")
+# SQS attributes with one value here, the broker's way, which tools that set up queues send as
+# they are (name → (value, of FIFO queues only)): that value is accepted and reported, another
+# refused. Deduplication ids are per queue and the throughput is the queue's; nothing is
+# encrypted at rest by the broker (the database's disk may be).
+FIXED = {
+    "DeduplicationScope": ("queue", True),
+    "FifoThroughputLimit": ("perQueue", True),
+    "SqsManagedSseEnabled": ("false", False),
+}
+FIFO_ONLY = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
 # What "All" reports, in this order (FIFO_ONLY: of a FIFO queue only).
-REPORTED = (*limits.QUEUE_NUMBERS, "RedrivePolicy", *FIFO_ONLY, *READ_ONLY)
+REPORTED = (
+    *limits.QUEUE_NUMBERS, "RedrivePolicy", *FIFO_ONLY, "SqsManagedSseEnabled", *READ_ONLY
+)  # fmt: skip
 # SQS's other attributes: refused when set (they would promise what the broker does not do),
 # left out when asked for.
 NOT_OFFERED = frozenset(
-    {
-        "Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled",
-        "RedriveAllowPolicy", "DeduplicationScope", "FifoThroughputLimit",
-    }
-)  # fmt: skip
+    {"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "RedriveAllowPolicy"}
+)
 _INTEGER = re.compile(r"-?[0-9]{1,10}")
 
 
@@ -55,6 +63,14 @@ def settings_from(raw: dict[str, str], *, fifo: bool, creating: bool) -> dict[st
             raise errors.InvalidAttributeName(
                 "Attribute FifoQueue can be set only when the queue is created."
             )
+        elif name in FIXED and (fifo or not FIXED[name][1]):
+            if value != FIXED[name][0]:
+                raise errors.InvalidAttributeValue(
+                    f"Invalid value for the parameter {name}. Reason: this broker offers "
+                    f"{FIXED[name][0]!r} only (see docs/sqs.md)."
+                )
+        elif name in FIXED:
+            raise errors.InvalidAttributeName(f"Attribute {name} is for FIFO queues only.")
         elif name in NOT_OFFERED:
             raise errors.InvalidAttributeName(
                 f"Attribute {name} is not offered by this broker (see docs/sqs.md)."
@@ -139,6 +155,9 @@ def report(queue: SqsQueue, names: list[str], gauges: dict[str, int]) -> dict[st
     if queue.fifo:
         values["FifoQueue"] = "true"
         values["ContentBasedDeduplication"] = str(queue.content_based_dedup).lower()
+    for name, (value, fifo_only) in FIXED.items():
+        if queue.fifo or not fifo_only:
+            values[name] = value
     return {name: values[name] for name in names if name in values}
 
 

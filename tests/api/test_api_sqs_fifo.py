@@ -68,6 +68,24 @@ def test_create__again_same_attributes__same_url_differing__exists(sqs: Sqs, que
     assert code == "QueueNameExists" and message.endswith("ContentBasedDeduplication")
 
 
+def test_create__the_broker_s_own_fixed_attributes__accepted_and_reported(
+    sqs: Sqs, queue_url
+) -> None:
+    """What infrastructure tools send as they are: the one value the broker has is accepted,
+    set again, and reported under All (of a FIFO queue, its scope and throughput too)."""
+    fixed = {"DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+    url = queue_url("t.fifo", **FIFO, **fixed, SqsManagedSseEnabled="false")
+    _ok(sqs, "SetQueueAttributes", {"QueueUrl": url, "Attributes": fixed})
+    attrs = _ok(sqs, "GetQueueAttributes", {"QueueUrl": url, "AttributeNames": ["All"]})
+    assert {k: attrs["Attributes"][k] for k in (*fixed, "SqsManagedSseEnabled")} == {
+        **fixed, "SqsManagedSseEnabled": "false",
+    }  # fmt: skip
+    standard = queue_url("t", SqsManagedSseEnabled="false")
+    attrs = _ok(sqs, "GetQueueAttributes", {"QueueUrl": standard, "AttributeNames": ["All"]})
+    assert attrs["Attributes"]["SqsManagedSseEnabled"] == "false"
+    assert not set(fixed) & set(attrs["Attributes"])
+
+
 def test_content_based_deduplication__set_and_reported(sqs: Sqs, queue_url) -> None:
     url = queue_url("c.fifo", **FIFO)
     asked = {"QueueUrl": url, "AttributeNames": ["ContentBasedDeduplication"]}
@@ -93,6 +111,11 @@ def test_content_based_deduplication__set_and_reported(sqs: Sqs, queue_url) -> N
         ("x.fifo", {"FifoQueue": "yes"}, "InvalidAttributeValue"),
         ("x.fifo", {**FIFO, "ContentBasedDeduplication": "1"}, "InvalidAttributeValue"),
         ("x", {"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
+        ("x.fifo", {**FIFO, "DeduplicationScope": "messageGroup"}, "InvalidAttributeValue"),
+        ("x.fifo", {**FIFO, "FifoThroughputLimit": "perMessageGroupId"}, "InvalidAttributeValue"),
+        ("x", {"DeduplicationScope": "queue"}, "InvalidAttributeName"),
+        ("x", {"SqsManagedSseEnabled": "true"}, "InvalidAttributeValue"),
+        ("x", {"KmsMasterKeyId": "alias/aws/sqs"}, "InvalidAttributeName"),
     ],
 )
 def test_create__refused(sqs: Sqs, name: str, attributes: dict, code: str) -> None:
