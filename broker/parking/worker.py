@@ -176,6 +176,10 @@ class ParkingWorker(ThreadWorker):
                     return ParkedPoll(conn, req, environ, slot, started, park.due)
                 poll.due = park.due
                 return poll
+            if resp.status_code == 413:
+                # The body was refused unread: what is left of it would be read as the next
+                # request, so the connection closes, and the answer says so.
+                resp.force_close()
             try:
                 if isinstance(respiter, environ["wsgi.file_wrapper"]):
                     resp.write_file(respiter)

@@ -111,3 +111,22 @@ def test_chunked_claim__parked_then_woken__its_body_still_read(broker: str, db_u
     status, answer = got["answer"]
     assert status == 200, answer
     assert [d["task"]["id"] for d in answer["deliveries"]] == [created["id"]]
+
+
+def test_body_over_the_limit__413_says_the_connection_closes(broker: str, db_url: str) -> None:
+    """The refused body is left unread, so the connection cannot serve another request: the
+    answer says `Connection: close` (it said keep-alive, and a client's next request on the
+    connection failed), and a client that heeds it goes on over a new connection."""
+    host, port = broker.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        body = json.dumps({"payload": "x" * 300_000})
+        conn.request("POST", "/jobs", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert (response.status, response.getheader("Connection")) == (413, "close")
+        assert "error" in json.loads(response.read())
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+    assert not Task.objects.exists()
