@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from broker.api import views
 from tests.conftest import COUNTER_NAMES, post
@@ -138,6 +139,18 @@ def test_healthz__database_unreachable__503_json(api_client, monkeypatch) -> Non
     r = api_client.get("/healthz")
     assert r.status_code == 503
     assert r.json()["error"]
+
+
+def test_healthz__the_listener_knows_the_database_away__503_without_a_query(
+    api_client, monkeypatch
+) -> None:
+    """A query would wait BROKER_DB_POOL_TIMEOUT for a connection (8 s): the process's listener
+    already knows, so the answer is at once."""
+    monkeypatch.setattr(views.hub, "away", True)
+    with CaptureQueriesContext(connection) as queries:
+        r = api_client.get("/healthz")
+    assert (r.status_code, r.json()["status"]) == (503, "unavailable")
+    assert len(queries) == 0
 
 
 @override_settings(BROKER_API_TOKENS=["t-one", "t-two"])
