@@ -79,7 +79,7 @@ def test_ordered__a_retrying_delayed_or_blocked_task_holds_its_key(how: str, clo
     assert take("o", 5) == {}
     w = waiting.explain(after)
     assert w is not None and (w["reason"], w["behind"]) == ("key_busy", str(held))
-    assert "earlier task of its key 'k'" in w["detail"]
+    assert f"Task {held} of its key 'k' is not finished" in w["detail"]
     if how == "blocked":
         queue.cancel(held)
     else:
