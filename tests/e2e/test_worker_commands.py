@@ -73,7 +73,7 @@ def test_runworker__flags__defaults_from_the_contract(monkeypatch: pytest.Monkey
         "./jobs.log",
         3,
     )
-    assert (options.wait_ms, options.lease_ms, options.queue) == (20000, 30000, "")
+    assert (options.wait_ms, options.lease_ms, options.queue) == (20000, 30000, [])
 
 
 def test_runworker__broker_url_env__is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:

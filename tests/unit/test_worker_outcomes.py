@@ -163,3 +163,20 @@ def test_runner__lease_over_the_cap__lowered_with_a_warning_and_beaten_at_it(
     assert {lease_ms for _, _, lease_ms in fake_broker.extends} == {300_000}
     assert "lease of 400000 ms lowered to the broker's cap, 300000 ms" in caplog.text
     assert runner.lease_ms == 300_000
+
+
+@pytest.mark.parametrize("given", ["bad!name", "ok,a b", "x" * 65])
+def test_runworker__queue_the_broker_cannot_name__usage_error(given: str) -> None:
+    with pytest.raises(CommandError, match="not a queue name"):
+        call_command(runworker.Command(), "--queue", given, stdout=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    ("given", "queues"), [("a,b", ["a", "b"]), (" a , a,b ", ["a", "b"]), ("", []), (",", [])]
+)
+def test_runworker__queue_list__names_once_each_empty_is_every_queue(
+    given: str, queues: list[str]
+) -> None:
+    parser = runworker.Command().create_parser("manage.py", "runworker")
+
+    assert parser.parse_args(["--queue", given]).queue == queues

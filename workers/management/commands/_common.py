@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from contract.limits import MAX_KEY
+from contract.limits import MAX_KEY, QUEUE_MESSAGE, QUEUE_RE
 from workers.client import DEFAULT_BROKER_URL
 from workers.wire import DEFAULT_MAX_BODY_BYTES, MAX_LEASE_MS
 
@@ -67,6 +67,16 @@ def task_key(text: str) -> str:
     if not 0 < len(text) <= MAX_KEY or "\x00" in text:
         raise argparse.ArgumentTypeError(f"a key is 1 to {MAX_KEY} characters: {text[:40]!r}")
     return text
+
+
+def queue_list(text: str) -> list[str]:
+    """argparse type: comma-separated queue names ("": every queue), each as the broker names
+    queues, once each; a bad name is a usage error, not a claim the broker refuses forever."""
+    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    bad = [name for name in names if not QUEUE_RE.fullmatch(name)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a queue name ({QUEUE_MESSAGE}): {bad[0][:70]!r}")
+    return names
 
 
 def positive_int(text: str) -> int:

@@ -21,6 +21,7 @@ from workers.management.commands._common import (
     max_body_bytes,
     non_negative_int,
     positive_int,
+    queue_list,
 )
 from workers.prefetch import DEFAULT_PREFETCH
 from workers.runner import Runner
@@ -62,7 +63,10 @@ class Command(BrokerCommand):
             "the broker's cap (default: %(default)s)",
         )
         parser.add_argument(
-            "--queue", default="", help="comma-separated queues to claim from (default: all)"
+            "--queue",
+            type=queue_list,
+            default=[],
+            help="comma-separated queues to claim from (default: all)",
         )
         parser.add_argument(
             "--prefetch",
@@ -99,7 +103,7 @@ class Command(BrokerCommand):
             concurrency=options["concurrency"],
             wait_ms=options["wait_ms"],
             lease_ms=options["lease_ms"],
-            queues=[q.strip() for q in options["queue"].split(",") if q.strip()],
+            queues=options["queue"],
             batch=batch,
             prefetch=prefetch,
             max_body_bytes=max_body_bytes(),
@@ -127,7 +131,7 @@ class Command(BrokerCommand):
             mode,
             options["wait_ms"],
             options["lease_ms"],
-            options["queue"] or "all",
+            ",".join(options["queue"]) or "all",
         )
         try:
             runner.run()
