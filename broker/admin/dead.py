@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.translation import ngettext
@@ -22,6 +22,7 @@ from broker.admin.lists import (
     TypeFilter,
 )
 from broker.admin.tasks import TaskAdmin
+from broker.api.errors import json_error
 from broker.exceptions import TaskNotFound
 from broker.models import DeadTask, Task
 from broker.states import State
@@ -131,8 +132,10 @@ class DeadTaskAdmin(TaskAdmin):
 
     def requeue_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST: the detail page's Requeue button, the same transition as POST /dlq/{id}/requeue."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+        if request.method != "POST":  # JSON, as every error answer is
+            refused = json_error(405, f"Method {request.method} is not allowed here: POST.")
+            refused["Allow"] = "POST"
+            return refused
         if not self.may_requeue(request):
             raise PermissionDenied
         changelist = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist")

@@ -38,8 +38,18 @@ class QueueForm(forms.ModelForm):
             "waiting for their key's turn become claimable at once.",
         }
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("max_in_flight", "key_max_in_flight"):  # the browser's bound, as the API's
+            if name in self.fields:
+                self.fields[name].widget.attrs["min"] = 1
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        name = data.get("name")
+        if self.instance._state.adding and isinstance(name, str):  # named as the API names them
+            for messages in queues.name_problems(name).values():
+                self.add_error("name", messages)
         changes = {k: data.get(k) for k in SETTINGS if k in data}
         for field, messages in queues.problems(changes).items():
             self.add_error(field if field in self.fields else None, messages)
@@ -82,6 +92,10 @@ class QueueAdmin(admin.ModelAdmin):
         queues.ensure_rows(queues.names())  # queues named only by tasks get a (plain) row
         self._gauges = queue.stats()["queues"]  # one read of the counters for every row
         return super().changelist_view(request, extra_context)
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
+        # The list's editable limits are checked as the change page checks them (QueueForm).
+        return super().get_changelist_form(request, form=QueueForm, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
         changed = SETTINGS if not change else [f for f in form.changed_data if f in SETTINGS]

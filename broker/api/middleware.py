@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 # Pages for people (HTML, session login); everything else is the JSON API.
 HUMAN_PREFIXES = ("/admin", "/dashboard", "/static/", "/api/docs")
-# Open even with BROKER_API_TOKENS set: probes, and the index of links (no data) at "/".
-OPEN_PATHS = ("/healthz", "/")
+# Open even with BROKER_API_TOKENS set: probes, the index of links (no data) at "/", the icon.
+OPEN_PATHS = ("/healthz", "/", "/favicon.ico")
 
 Handler = Callable[[HttpRequest], HttpResponse]
 

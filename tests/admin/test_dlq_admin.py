@@ -187,7 +187,9 @@ def test_requeue_button__get__405_and_nothing_moves(
     admin_client: Client, dead: Callable[..., list[int]]
 ) -> None:
     pk = dead(1)[0]
-    assert admin_client.get(_requeue_url(pk)).status_code == 405
+    r = admin_client.get(_requeue_url(pk))
+    assert (r.status_code, r["Allow"], r["Content-Type"]) == (405, "POST", "application/json")
+    assert "error" in r.json()
     assert _states([pk]) == {pk: State.DEAD}
 
 

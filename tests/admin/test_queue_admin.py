@@ -80,6 +80,35 @@ def test_queue_list_editable__limits_saved_through_update(admin_client: Client) 
     assert (row.max_in_flight, row.rate_per_s, row.tokens) == (2, 0.5, 1.0)
 
 
+def test_queue_list__editable_limits_have_a_save_button(admin_client: Client) -> None:
+    queues.update("api", {})
+    html = admin_client.get(QUEUES).content.decode()
+    assert 'name="form-0-max_in_flight"' in html and 'min="1"' in html
+    assert '<input type="submit" name="_save"' in html  # else Enter ran the action form
+
+
+def test_queue_list_editable__bad_limit__error_shown_nothing_saved(admin_client: Client) -> None:
+    queues.update("api", {})
+    r = admin_client.post(
+        QUEUES,
+        {"form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "form-0-name": "api",
+         "form-0-max_in_flight": "0", "form-0-rate_per_s": "", "_save": "Save"},
+    )  # fmt: skip
+    assert r.status_code == 200
+    assert "Must be an integer from 1" in r.content.decode()
+    assert Queue.objects.get(name="api").max_in_flight is None
+
+
+@pytest.mark.parametrize("name", ["bad name!", "ünï", "a/b"])
+def test_queue_add__a_name_the_api_refuses__error_shown_nothing_made(
+    admin_client: Client, name: str
+) -> None:
+    r = admin_client.post(f"{QUEUES}add/", {"name": name, "rate_per_s": ""})
+    assert r.status_code == 200, r.content[:300]
+    assert "Must match [A-Za-z0-9_.-]{1,64}" in r.content.decode()
+    assert not Queue.objects.filter(name=name).exists()
+
+
 def test_schedule_add__saved_through_create(admin_client: Client) -> None:
     r = admin_client.post(
         f"{SCHEDULES}add/",

@@ -54,3 +54,12 @@ def test_index__tokens_set__still_open_it_shows_no_data() -> None:
 def test_index__other_methods__405_json(method: str) -> None:
     response = getattr(Client(), method)("/", HTTP_ACCEPT=BROWSER_ACCEPT)
     assert_json_error(response, 405)
+
+
+@override_settings(BROKER_API_TOKENS=["t"])
+def test_favicon__an_icon_open_to_every_browser(django_assert_num_queries) -> None:
+    """Browsers ask every site for /favicon.ico: a 404 was a console error on each first page."""
+    with django_assert_num_queries(0):
+        response = Client().get("/favicon.ico")
+    assert (response.status_code, response["Content-Type"]) == (200, "image/svg+xml")
+    assert response.content.startswith(b"<svg")
