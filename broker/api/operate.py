@@ -90,5 +90,6 @@ class ScheduleView(BrokerView):
         return Response(schedule_body(_checked(schedules.update, name, body)))
 
     def delete(self, request: Request, name: str) -> Response:
+        parsing.no_body(request)
         schedules.delete(name)
         return Response(status=204)

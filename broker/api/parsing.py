@@ -216,6 +216,12 @@ def lease_id_from(request: HttpRequest, body: dict[str, Any]) -> str:
     return value
 
 
+def no_body(request: HttpRequest) -> None:
+    """A call that takes no body (a requeue, a DELETE): none, or `{}`. Anything else is a 400,
+    as for any body: not JSON, not an object, or its fields unknown (a typo must not pass)."""
+    only_fields(read_object(request, required=False), set())
+
+
 def only_fields(body: dict[str, Any], allowed: set[str]) -> None:
     unknown = [key for key in body if key not in allowed]
     if unknown:

@@ -154,6 +154,7 @@ class TaskView(BrokerView):
         return Response(body)
 
     def delete(self, request: Request, task_id: str) -> Response:
+        parsing.no_body(request)
         queue.cancel(_task_pk(task_id))
         return Response(status=204)
 
@@ -173,6 +174,7 @@ class DeadLetterView(BrokerView):
 
 class RequeueView(BrokerView):
     def post(self, request: Request, task_id: str) -> Response:
+        parsing.no_body(request)
         queue.requeue(_task_pk(task_id))
         return Response(status=204)
 

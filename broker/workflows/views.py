@@ -61,6 +61,7 @@ class WorkflowView(BrokerView):
         return Response(reading.describe(_workflow_pk(workflow_id)))
 
     def delete(self, request: Request, workflow_id: str) -> Response:
+        parsing.no_body(request)
         pk = _workflow_pk(workflow_id)
         if not Workflow.objects.filter(pk=pk).exists():
             raise reading.WorkflowNotFound()

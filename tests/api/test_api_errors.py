@@ -161,3 +161,23 @@ def test_head__every_readable_resource__its_get_without_a_body(api_client, enque
         assert (path, head.status_code, head["Content-Type"]) == (path, 200, got["Content-Type"])
         assert head.content == b""
     assert api_client.head("/queues/nobody-named-it").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [('{"foo": 1}', "foo"), ("{bad json", "body"), ("[1]", "body"), ("null", "body")],
+)
+def test_calls_that_take_no_body__a_body_they_cannot_take__400_nothing_moves(
+    api_client, enqueue, body: str, field: str
+) -> None:
+    """A requeue and the DELETEs read no body, but one sent is read as any body is: an unknown
+    field is a 400 (a typo must not pass silently), and so is what is not a JSON object."""
+    task_id = enqueue(queue="nb")
+    kept = {"content_type": "application/json"}
+    for method, path in [("delete", f"/jobs/{task_id}"), ("post", f"/dlq/{task_id}/requeue"),
+                         ("delete", "/schedules/nb"), ("delete", "/workflows/1")]:  # fmt: skip
+        response = getattr(api_client, method)(path, body, **kept)
+        assert (path, response.status_code) == (path, 400)
+        assert field in response.json()["fields"]
+    assert api_client.get(f"/jobs/{task_id}").json()["state"] == "ready"
+    assert api_client.delete(f"/jobs/{task_id}", "{}", **kept).status_code == 204
