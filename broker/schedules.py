@@ -231,11 +231,18 @@ def update(name: str, body: Any) -> Schedule:
 
 
 def set_paused(names: list[str], paused: bool) -> int:
-    """Pause or resume many schedules in one transaction (admin); returns how many."""
+    """Pause or resume many schedules in one transaction (admin); returns how many changed
+    (one already so is left as it is, its next run untouched)."""
     with transaction.atomic():
-        for name in sorted(names):
+        changing = sorted(
+            Schedule.objects.select_for_update()
+            .filter(name__in=names)
+            .exclude(paused=paused)
+            .values_list("name", flat=True)
+        )
+        for name in changing:
             update(name, {"paused": paused})
-    return len(names)
+    return len(changing)
 
 
 def delete(name: str) -> None:

@@ -152,6 +152,21 @@ def test_schedule_list_and_actions(admin_client: Client) -> None:
     assert Schedule.objects.get(name="tick").next_run_at is not None
 
 
+def test_schedule_actions__only_those_that_change_are_counted(admin_client: Client) -> None:
+    schedules.create({"name": "on", "every_s": 30, "job": {"payload": 1}})
+    schedules.create({"name": "off", "every_s": 30, "job": {"payload": 1}, "paused": True})
+    due = Schedule.objects.get(name="on").next_run_at
+    r = admin_client.post(
+        SCHEDULES, {"action": "resume_selected", "_selected_action": ["on", "off"]}, follow=True
+    )
+    assert "1 schedule resumed." in r.content.decode()
+    assert Schedule.objects.get(name="on").next_run_at == due  # the running one left as it was
+    r = admin_client.post(
+        SCHEDULES, {"action": "pause_selected", "_selected_action": ["on", "off"]}, follow=True
+    )
+    assert "2 schedules paused." in r.content.decode()
+
+
 def test_schedule_change__retimed__next_run_recomputed(admin_client: Client) -> None:
     before = schedules.create({"name": "tick", "every_s": 3600, "job": {"payload": 1}})
     r = admin_client.post(
