@@ -56,6 +56,8 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
         "description": "The last checkpoint its holders reported (POST /jobs/{id}/progress), "
         "null when none: a redelivered task resumes from it.",
     },
+    "workflow": {**_TEXT_OR_NULL, "description": "The workflow it is a step of."},
+    "ref": {**_TEXT_OR_NULL, "description": "Its step's ref in that workflow."},
     "after": {
         "type": "array", "items": {"type": "string"},
         "description": "The tasks it waits or waited for (`[]` when none).",
@@ -69,9 +71,11 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
 }  # fmt: skip
 _LISTED_TASK_FIELDS: dict[str, Schema] = {
     **_CLAIMED_TASK_FIELDS,
-    "after_policy": {"type": "string", "enum": list(limits.AFTER_POLICIES), "nullable": True},
-    "workflow": {**_TEXT_OR_NULL, "description": "The workflow it is a step of."},
-    "ref": {**_TEXT_OR_NULL, "description": "Its step's ref in that workflow."},
+    "after_policy": {
+        "type": "string",
+        "enum": list(limits.AFTER_POLICIES),
+        "description": "How it waits for `after` (the default, done, when it waits for none).",
+    },
     "state": ref("State"),
     "errors": {"type": "array", "items": ref("AttemptError")},
     "last_error": _TEXT_OR_NULL,
