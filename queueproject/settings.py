@@ -17,7 +17,8 @@ env = environ.Env()
 
 def _whole(name: str, default: int, least: int = 1) -> int:
     """An integer setting of at least `least`; anything else stops the process at start, naming
-    it (env.int's ValueError was a traceback, and 0 or -1 a sweeper spinning or a history gone)."""
+    it (env.int's ValueError was a traceback, and -1 or a tick of 0 a sweeper spinning). 0 is
+    allowed where it means something: no retry backoff, no history kept."""
     raw = env.str(name, default="").strip() or str(default)
     if not re.fullmatch(r"[+-]?\d{1,18}", raw) or int(raw) < least:
         from django.core.exceptions import ImproperlyConfigured
@@ -224,8 +225,8 @@ def _sqs_credentials(entries: list[str]) -> dict[str, str]:
 # Access keys that may sign SQS requests (AWS Signature V4) while BROKER_API_TOKENS is set.
 BROKER_SQS_CREDENTIALS = _sqs_credentials(env.list("BROKER_SQS_CREDENTIALS", default=[]))
 BROKER_SWEEP_INTERVAL_MS = _whole("BROKER_SWEEP_INTERVAL_MS", 250)
-BROKER_RETRY_BASE_MS = _whole("BROKER_RETRY_BASE_MS", 1000)
-BROKER_RETRY_MAX_MS = _whole("BROKER_RETRY_MAX_MS", 30000)
+BROKER_RETRY_BASE_MS = _whole("BROKER_RETRY_BASE_MS", 1000, least=0)
+BROKER_RETRY_MAX_MS = _whole("BROKER_RETRY_MAX_MS", 30000, least=0)
 # A sweeper back after losing the database holds the leases that ran out since its last sweep
 # this long before it reclaims them: their workers could not settle them meanwhile.
 BROKER_OUTAGE_GRACE_MS = _whole("BROKER_OUTAGE_GRACE_MS", limits.OUTAGE_GRACE_MS, least=0)
@@ -248,8 +249,8 @@ def _duration(name: str, default: str) -> timedelta:
 # Dead tasks are never pruned.
 BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 # How long GET /stats/history keeps its points: one-minute ones (two days), hourly ones (90 days).
-BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", 2880)
-BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", 2160)
+BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", 2880, least=0)
+BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", 2160, least=0)
 BROKER_MAX_BODY_BYTES = _whole("BROKER_MAX_BODY_BYTES", limits.DEFAULT_MAX_BODY_BYTES)
 # Django's own body cap (request.body refuses more) must not cut in below ours, nor below /sqs's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, limits.SQS_MAX_REQUEST_BYTES)

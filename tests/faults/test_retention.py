@@ -150,6 +150,16 @@ def test_whole_number_setting__bad_value__improperly_configured_naming_it(
         project_settings._whole("BROKER_HISTORY_MINUTES", 2880, least=least)
 
 
+def test_settings__zero_where_it_means_something__the_process_starts() -> None:
+    """No retry backoff and no history kept are settings a test rig uses: 0 starts; a tick of 0
+    (a sweeper spinning) does not."""
+    zero = {"BROKER_RETRY_BASE_MS": "0", "BROKER_RETRY_MAX_MS": "0",
+            "BROKER_HISTORY_MINUTES": "0", "BROKER_HISTORY_HOURS": "0"}  # fmt: skip
+    env = {**os.environ, **zero, "DJANGO_SETTINGS_MODULE": "queueproject.settings"}
+    code = "from django.conf import settings; print(settings.BROKER_RETRY_BASE_MS)"
+    assert python(f"import django; django.setup(); {code}", env).stdout.strip() == "0"
+
+
 def test_whole_number_setting__given_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BROKER_SQLITE_POLL_MS", raising=False)
     assert project_settings._whole("BROKER_SQLITE_POLL_MS", 50) == 50
