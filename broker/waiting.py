@@ -15,7 +15,7 @@ from django.db.models import Count, Q, Sum
 
 from broker.claimers import workers_seen
 from broker.models import KeyState, Queue, QueueCounter, Task
-from broker.queue import dependencies, restricted
+from broker.queue import dependencies, keyclaims, restricted
 from broker.queue.base import current_time
 from broker.states import State
 from contract.limits import WORKERS_SEEN_S
@@ -174,16 +174,14 @@ def _ahead_by_key(
     own = key or ""
     room: dict[str, float] = defaultdict(lambda: float("inf"))
     if settings.key_max_in_flight is not None:
-        held = Task.objects.filter(queue=settings.name, state=State.HANDED_OUT, key__isnull=False)
-        for k, n in by_key(held).items():
+        for k, n in keyclaims.in_flight(settings.name).items():
             room[k] = max(0, settings.key_max_in_flight - n)
     if not settings.fair:
         before = by_key(ready.filter(Q(priority__lt=priority) | older))
         return sum(n if k in ("", own) else int(min(n, room[k])) for k, n in before.items())
     higher = by_key(ready.filter(priority__lt=priority))
     same = by_key(ready.filter(priority=priority).exclude(pk=task_id))
-    mine = ready.filter(older).filter(key=key).count() if key else ready.filter(
-        older, key__isnull=True).count()  # fmt: skip
+    mine = ready.filter(older).filter(**({"key": key} if key else {"key__isnull": True})).count()
     keys = KeyState.objects.filter(queue=settings.name).order_by("served_at", "key")
     place = {k: n for n, k in enumerate(keys.values_list("key", flat=True))}
     position = place.get(own, -1)  # no row yet: first in line

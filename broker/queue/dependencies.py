@@ -83,15 +83,16 @@ def check(after: Sequence[int], policy: str, field: str) -> None:
     without locking or enqueuing anything (a schedule's job, checked when it is saved). Raises
     InvalidTaskError naming `<field>.2`."""
     states = dict(Task.objects.filter(pk__in=sorted(set(after))).values_list("pk", "state"))
-    unknown = {f"{field}.{i}": ["No such task."] for i, pk in enumerate(after) if pk not in states}
-    if unknown:
-        raise InvalidTaskError(unknown)
     plan(after, policy, states, field)
 
 
 def plan(after: Sequence[int], policy: str, states: Mapping[int, str], field: str) -> Blocking:
-    """How a new task waiting for `after` under `policy` starts. Raises InvalidTaskError when
-    it could never run (a parent cancelled under "done")."""
+    """How a new task waiting for `after` under `policy` starts, given their `states`. Raises
+    InvalidTaskError naming `<field>.2` when one is unknown (not in `states`) or when it could
+    never run (a parent cancelled under "done")."""
+    unknown = {f"{field}.{i}": ["No such task."] for i, pk in enumerate(after) if pk not in states}
+    if unknown:
+        raise InvalidTaskError(unknown)
     finished_ok = policy == FINISHED
     never = {
         f"{field}.{i}": ["This task is cancelled: under after_policy done, the new one could "

@@ -69,12 +69,6 @@ def _blockings(specs: list[NewTask], prefix: str = "") -> list[dependencies.Bloc
     found: list[dependencies.Blocking | None] = []
     for n, spec in enumerate(specs):
         field = f"{prefix.format(n)}after"
-        unknown = {f"{field}.{i}": ["No such task."] for i, pk in enumerate(spec.after)
-                   if pk not in states}  # fmt: skip
-        if unknown:
-            problems.update(unknown)
-            found.append(None)
-            continue
         try:
             found.append(
                 dependencies.plan(spec.after, spec.after_policy, states, field)

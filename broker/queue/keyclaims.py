@@ -84,8 +84,8 @@ def pick(queue: str, most: int, *, fair: bool, key_max: int | None) -> list[tupl
     under the queue's row lock, then hand them out; for a fair queue then call served()."""
     if most <= 0:
         return []
-    in_flight = _in_flight(queue) if key_max is not None else Counter()
-    room = {key: key_max - n for key, n in in_flight.items()} if key_max is not None else {}
+    held = in_flight(queue) if key_max is not None else Counter()
+    room = {key: key_max - n for key, n in held.items()} if key_max is not None else {}
     taken: list[tuple[int, str | None]] = []
     if fair:
         _keyless_row(queue)
@@ -124,7 +124,8 @@ def served(queue: str, keys: Sequence[str | None]) -> None:
                                           defaults={"served_at": current_time()})  # fmt: skip
 
 
-def _in_flight(queue: str) -> Counter[str]:
+def in_flight(queue: str) -> Counter[str]:
+    """How many tasks of each key of `queue` are handed out now (keyless ones not counted)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(IN_FLIGHT, {"queue": queue})
