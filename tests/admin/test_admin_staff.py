@@ -3,11 +3,20 @@ CSRF stays on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _quick_password_hashes(settings: Any) -> None:
+    """These users log in through the test client: PBKDF2's million rounds cost 0.3-0.5 s of
+    CPU a hash and tell nothing here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

@@ -167,7 +167,10 @@ def test_https_mode__even_a_401__carries_hsts_and_nosniff() -> None:
 
 
 @pytest.mark.django_db
-@override_settings(**HTTPS_SETTINGS)
+# MD5: PBKDF2's million rounds cost 0.4 s of CPU a hash and tell nothing here.
+@override_settings(
+    **HTTPS_SETTINGS, PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]
+)
 def test_https_mode__admin_login__session_and_csrf_cookies_secure() -> None:
     User.objects.create_user("staff", password="a-long-password-3", is_staff=True)
     client = Client()
