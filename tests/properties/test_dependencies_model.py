@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from itertools import count
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -26,6 +25,7 @@ from broker.exceptions import InvalidTaskError
 from broker.models import CounterDelta, Dependency, QueueCounter, Task, TaskError
 from broker.queue import NewTask
 from broker.states import State
+from tests.properties.depth import DEPTHS, machine_settings
 
 LIVE = (State.READY, State.DELAYED, State.HANDED_OUT, State.BLOCKED)
 
@@ -154,14 +154,11 @@ class Graph(RuleBasedStateMachine):
 
 
 @pytest.mark.django_db
-def test_dependencies__random_graphs_and_outcomes__released_exactly_when_due() -> None:
+@pytest.mark.parametrize("thorough", DEPTHS)
+def test_dependencies__random_graphs_and_outcomes__released_exactly_when_due(
+    thorough: bool,
+) -> None:
     run_state_machine_as_test(
         Graph,
-        settings=settings(
-            max_examples=40,
-            stateful_step_count=40,
-            deadline=None,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
+        settings=machine_settings(thorough, 40),
     )

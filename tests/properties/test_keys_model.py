@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -33,6 +32,7 @@ from broker.models import (
 )
 from broker.queue import NewTask
 from broker.states import State
+from tests.properties.depth import DEPTHS, machine_settings
 
 Q = "line"
 FINISHED = {State.DONE, State.DEAD, State.CANCELLED}
@@ -131,14 +131,9 @@ class Lines(RuleBasedStateMachine):
 
 
 @pytest.mark.django_db
-def test_ordered_keys__random_operations__one_at_a_time_in_line_order() -> None:
+@pytest.mark.parametrize("thorough", DEPTHS)
+def test_ordered_keys__random_operations__one_at_a_time_in_line_order(thorough: bool) -> None:
     run_state_machine_as_test(
         Lines,
-        settings=settings(
-            max_examples=30,
-            stateful_step_count=40,
-            deadline=None,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
+        settings=machine_settings(thorough, 30),
     )

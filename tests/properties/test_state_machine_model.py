@@ -18,7 +18,6 @@ import pytest
 from django.conf import settings as django_settings
 from django.test import override_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -33,6 +32,7 @@ from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound, Ta
 from broker.models import CounterDelta, QueueCounter, Task, TaskError
 from broker.queue import NewTask
 from broker.states import COUNTERS, GAUGE_STATES, State
+from tests.properties.depth import DEPTHS, machine_settings
 
 QUEUES = ("a", "b")
 HOUR_MS = 3_600_000
@@ -315,16 +315,11 @@ class TaskMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.django_db
-def test_state_machine__random_transitions__model_gauges_and_counters_agree() -> None:
+@pytest.mark.parametrize("thorough", DEPTHS)
+def test_state_machine__random_transitions__model_gauges_and_counters_agree(thorough: bool) -> None:
     # Backoffs of an hour or more: no delayed task becomes due unless a rule says so.
     with override_settings(BROKER_RETRY_BASE_MS=HOUR_MS, BROKER_RETRY_MAX_MS=2 * HOUR_MS):
         run_state_machine_as_test(
             TaskMachine,
-            settings=settings(
-                max_examples=40,
-                stateful_step_count=40,
-                deadline=None,
-                database=None,  # no .hypothesis/ folder in the repo
-                suppress_health_check=[HealthCheck.too_slow],
-            ),
+            settings=machine_settings(thorough, 40),
         )
