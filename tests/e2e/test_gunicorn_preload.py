@@ -1,0 +1,54 @@
+"""gunicorn preloads the app (gunicorn.conf.py): the master imports Django and forks the
+workers, so nothing made at import may be shared by them. Each worker's database connections
+are its own, and the master holds none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.procs import gunicorn, http
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+
+PG_PORT = 5432
+
+
+def _database_sockets(proc: psutil.Process) -> set[tuple[str, int]]:
+    """The local addresses of proc's TCP connections to PostgreSQL."""
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in proc.net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == PG_PORT
+    }
+
+
+def test_preloaded_broker__workers_connect_on_their_own__master_holds_no_connection(
+    db_url: str, tmp_path: Path
+) -> None:
+    with gunicorn(db_url, tmp_path, "preload") as base:
+        port = int(base.rsplit(":", 1)[1])
+        # Enough requests on fresh connections that both workers serve some.
+        for _ in range(40):
+            assert http("GET", f"{base}/stats")[0] == 200
+        listening = [
+            p
+            for p in psutil.Process().children(recursive=True)  # this test started it
+            if any(
+                c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                for c in p.net_connections(kind="tcp")
+            )
+        ]
+        pids = {p.pid for p in listening}
+        masters = [p for p in listening if p.ppid() not in pids]
+        assert len(masters) == 1, listening
+        master = masters[0]
+        workers = [p for p in listening if p.ppid() == master.pid]
+        assert len(workers) == 2
+
+        assert _database_sockets(master) == set()
+        per_worker = [_database_sockets(w) for w in workers]
+        assert all(per_worker), "each worker serves from its own connection"
+        assert per_worker[0].isdisjoint(per_worker[1]), "a connection shared across the fork"
