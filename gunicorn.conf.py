@@ -36,6 +36,11 @@ graceful_timeout = 35
 timeout = 60
 keepalive = 75
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
+# gunicorn's control socket (gunicornc) only where a path is given: its default, one path in the
+# user's home, is taken over by every gunicorn the user starts on the machine, and its thread
+# is stopped and started again around each fork of a worker.
+control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "")
+control_socket_disable = not control_socket
 errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
 

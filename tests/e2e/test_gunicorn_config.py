@@ -1,15 +1,17 @@
-"""gunicorn preloads the app (gunicorn.conf.py): the master imports Django and forks the
-workers, so nothing made at import may be shared by them. Each worker's database connections
-are its own, and the master holds none."""
+"""gunicorn as gunicorn.conf.py sets it up: it preloads the app (the master imports Django and
+forks the workers, so nothing made at import may be shared by them: each worker's database
+connections are its own, and the master holds none); its control socket is off unless a path is
+given."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.procs import gunicorn, http
+from tests.procs import VENV_BIN, gunicorn, http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -52,3 +54,21 @@ def test_preloaded_broker__workers_connect_on_their_own__master_holds_no_connect
         per_worker = [_database_sockets(w) for w in workers]
         assert all(per_worker), "each worker serves from its own connection"
         assert per_worker[0].isdisjoint(per_worker[1]), "a connection shared across the fork"
+
+
+def test_control_socket__off_unless_a_path_is_given(db_url: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    with gunicorn(db_url, tmp_path, "plain", HOME=str(home), XDG_RUNTIME_DIR=""):
+        assert not (home / ".gunicorn").exists()  # gunicorn's default place for it
+
+    path = tmp_path / "broker.ctl"
+    with gunicorn(db_url, tmp_path, "ctl", HOME=str(home), GUNICORN_CONTROL_SOCKET=str(path)):
+        shown = subprocess.run(
+            [str(VENV_BIN / "gunicornc"), "-s", str(path), "-c", "show workers"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert shown.returncode == 0, shown.stderr
+    assert "Total: 2 workers" in shown.stdout
