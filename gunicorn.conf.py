@@ -24,9 +24,9 @@ worker_class = "broker.parking.worker.ParkingWorker"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 threads = int(os.environ.get("GUNICORN_THREADS", "256"))
 # The master imports Django and the app once and forks the workers from it: a worker starts in
-# milliseconds, not ~1 s of CPU each, and shares the imported code's memory. No database
-# connection, thread or descriptor exists before the fork (each is made in the worker, or by
-# the first request). A code change then needs a restart, not a HUP.
+# milliseconds, not ~1 s of CPU each, and shares the imported code's memory. Importing opens
+# no database connection and starts no thread: the worker (or its first request) makes those.
+# A code change then needs a restart, not a HUP.
 preload_app = True
 worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "12000"))
 # Open files a process may hold: each connection is one, plus the pool's, logs and pipes.

@@ -114,6 +114,10 @@ def _static_files_found_once() -> None:
 
 _static_files_found_once()
 
+# For users that log in by password in-process: PBKDF2's million rounds cost 0.3-0.5 s of CPU a
+# hash and tell those tests nothing (a browser test's gunicorn keeps the default).
+QUICK_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 # The job types the workers ship, each with a sample payload (contract/jobtypes).
 SAMPLE_TYPES = ("batch_import", "data_transform", "fail_job", "http_fetch", "image_resize",
                 "merge_results", "send_email", "sleep_job")  # fmt: skip

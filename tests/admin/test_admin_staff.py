@@ -9,14 +9,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
+from tests.conftest import QUICK_PASSWORD_HASHERS
+
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def _quick_password_hashes(settings: Any) -> None:
-    """These users log in through the test client: PBKDF2's million rounds cost 0.3-0.5 s of
-    CPU a hash and tell nothing here."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.PASSWORD_HASHERS = QUICK_PASSWORD_HASHERS
 
 
 @pytest.fixture

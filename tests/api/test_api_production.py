@@ -13,6 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
+from tests.conftest import QUICK_PASSWORD_HASHERS
+
 ROOT = Path(__file__).resolve().parents[2]
 STRONG_KEY = "kT9#vQ2$mL7@pX4!rZ8%wB1^nF6&hJ3*sD5(gY0)cV-eU+aI=oP_t"
 PRODUCTION = {
@@ -167,10 +169,7 @@ def test_https_mode__even_a_401__carries_hsts_and_nosniff() -> None:
 
 
 @pytest.mark.django_db
-# MD5: PBKDF2's million rounds cost 0.4 s of CPU a hash and tell nothing here.
-@override_settings(
-    **HTTPS_SETTINGS, PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]
-)
+@override_settings(**HTTPS_SETTINGS, PASSWORD_HASHERS=QUICK_PASSWORD_HASHERS)
 def test_https_mode__admin_login__session_and_csrf_cookies_secure() -> None:
     User.objects.create_user("staff", password="a-long-password-3", is_staff=True)
     client = Client()

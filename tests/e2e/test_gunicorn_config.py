@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -15,15 +16,13 @@ from tests.procs import VENV_BIN, gunicorn, http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
-PG_PORT = 5432
 
-
-def _database_sockets(proc: psutil.Process) -> set[tuple[str, int]]:
-    """The local addresses of proc's TCP connections to PostgreSQL."""
+def _database_sockets(proc: psutil.Process, db_port: int) -> set[tuple[str, int]]:
+    """The local addresses of proc's TCP connections to the database's port."""
     return {
         (c.laddr.ip, c.laddr.port)
         for c in proc.net_connections(kind="tcp")
-        if c.raddr and c.raddr.port == PG_PORT
+        if c.raddr and c.raddr.port == db_port
     }
 
 
@@ -50,8 +49,9 @@ def test_preloaded_broker__workers_connect_on_their_own__master_holds_no_connect
         workers = [p for p in listening if p.ppid() == master.pid]
         assert len(workers) == 2
 
-        assert _database_sockets(master) == set()
-        per_worker = [_database_sockets(w) for w in workers]
+        db_port = urlsplit(db_url).port or 5432
+        assert _database_sockets(master, db_port) == set()
+        per_worker = [_database_sockets(w, db_port) for w in workers]
         assert all(per_worker), "each worker serves from its own connection"
         assert per_worker[0].isdisjoint(per_worker[1]), "a connection shared across the fork"
 

@@ -14,11 +14,11 @@ DEPTHS = [
 ]
 
 
-def machine_settings(thorough: bool, examples: int, steps: int = 40) -> settings:
-    """`examples` runs of up to `steps` steps when thorough, a third of the runs otherwise."""
+def machine_settings(thorough: bool, examples: int) -> settings:
+    """`examples` runs of up to 40 steps when thorough, a third of the runs otherwise."""
     return settings(
         max_examples=examples if thorough else max(10, examples // 3),
-        stateful_step_count=steps,
+        stateful_step_count=40,
         deadline=None,
         database=None,  # no .hypothesis/ folder in the repo
         suppress_health_check=[HealthCheck.too_slow],
