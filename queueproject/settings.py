@@ -57,7 +57,7 @@ if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
     SILENCED_SYSTEM_CHECKS.append("security.W021")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "queueproject.apps.AdminConfig",  # admin, discovered where it is used (apps.py)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -77,6 +77,9 @@ def favicon(request: HttpRequest) -> HttpResponse:
     return response
 
 
+# Every app's ModelAdmins, before admin.site.urls lists their pages (queueproject/apps.py).
+admin.autodiscover()
+
 # The API first, its hottest routes first: Django tries patterns in order on every request.
 urlpatterns = [
     path("", include("broker.api.urls")),

@@ -1,4 +1,4 @@
-"""broker.dbpool: reconnect attempts while the database is away, and their log lines."""
+"""broker.dbpool, broker.dbgate: reconnect attempts while the database is away, and their logs."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import time
 import psycopg
 import pytest
 
-from broker import dbpool
+from broker import dbgate, dbpool
 from tests.procs import free_port
 
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dbpool, "_gate", dbpool._Gate())
-    monkeypatch.setattr(dbpool.GatedConnection, "every_s", 0.3)
+    monkeypatch.setattr(dbgate, "_gate", dbgate._Gate())
+    monkeypatch.setattr(dbgate.GatedConnection, "every_s", 0.3)
 
 
 def _refused() -> str:
@@ -24,20 +24,20 @@ def _refused() -> str:
 
 def test_gated_connection__failed_moments_ago__the_next_attempts_do_not_go_out(gate) -> None:
     with pytest.raises(psycopg.OperationalError, match="refused"):
-        dbpool.GatedConnection.connect(_refused())
+        dbgate.GatedConnection.connect(_refused())
     for _ in range(5):  # what the pool's other lost connections would try meanwhile
         with pytest.raises(psycopg.OperationalError, match="less than BROKER_DB_RECONNECT_MS"):
-            dbpool.GatedConnection.connect(_refused())
+            dbgate.GatedConnection.connect(_refused())
     time.sleep(0.3)
     with pytest.raises(psycopg.OperationalError, match="refused"):  # the next interval: one
-        dbpool.GatedConnection.connect(_refused())
+        dbgate.GatedConnection.connect(_refused())
 
 
 def test_gated_connection__success__opens_the_gate_for_everyone(gate) -> None:
-    dbpool._gate.record(ok=False)
-    assert dbpool._gate.shut(0.3)
-    dbpool._gate.record(ok=True)
-    assert not dbpool._gate.shut(0.3)
+    dbgate._gate.record(ok=False)
+    assert dbgate._gate.shut(0.3)
+    dbgate._gate.record(ok=True)
+    assert not dbgate._gate.shut(0.3)
 
 
 def test_quiet_reconnects__first_warning_then_one_per_interval_with_a_count() -> None:
@@ -65,7 +65,7 @@ def test_prepare__every_postgres_pool_gets_the_gate_and_the_schedule_before_conn
 
     for name in ("INITIAL_DELAY", "DELAY_BACKOFF"):
         monkeypatch.setattr(AttemptWithBackoff, name, getattr(AttemptWithBackoff, name))
-    monkeypatch.setattr(dbpool.GatedConnection, "every_s", dbpool.GatedConnection.every_s)
+    monkeypatch.setattr(dbgate.GatedConnection, "every_s", dbgate.GatedConnection.every_s)
     pg, bare = "django.db.backends.postgresql", "django.db.backends.sqlite3"
     databases = {
         "pooled": {"ENGINE": pg, "OPTIONS": {"pool": {"max_size": 4}}},
@@ -77,12 +77,12 @@ def test_prepare__every_postgres_pool_gets_the_gate_and_the_schedule_before_conn
     dbpool.prepare(databases, reconnect_ms=300)
 
     assert databases["pooled"]["OPTIONS"]["pool"] == {
-        "max_size": 4, "connection_class": dbpool.GatedConnection
+        "max_size": 4, "connection_class": dbgate.GatedConnection
     }  # fmt: skip
     assert databases["default_pool"]["OPTIONS"]["pool"] == {
-        "connection_class": dbpool.GatedConnection
+        "connection_class": dbgate.GatedConnection
     }
     assert "pool" not in databases["unpooled"]["OPTIONS"]
     assert databases["sqlite"]["OPTIONS"] == {}
     assert (AttemptWithBackoff.INITIAL_DELAY, AttemptWithBackoff.DELAY_BACKOFF) == (0.3, 1.0)
-    assert dbpool.GatedConnection.every_s == 0.3
+    assert dbgate.GatedConnection.every_s == 0.3
