@@ -88,15 +88,19 @@ def prepare(databases: dict[str, dict[str, Any]], reconnect_ms: int) -> None:
     worker host, which reaches the broker by HTTP only) does not import psycopg at all: 0.2 s of
     CPU at each start.
     """
-    every_s = reconnect_ms / 1000
+    pooled = []
     for db in databases.values():
         options = db.setdefault("OPTIONS", {})
-        if db.get("ENGINE") != "django.db.backends.postgresql" or not options.get("pool"):
-            continue
-        from broker.dbgate import GatedConnection
+        if db.get("ENGINE") == "django.db.backends.postgresql" and options.get("pool"):
+            pooled.append(options)
+    if not pooled:
+        return
+    from broker.dbgate import GatedConnection
 
-        reconnect_every(every_s)
-        GatedConnection.every_s = every_s
+    every_s = reconnect_ms / 1000
+    reconnect_every(every_s)
+    GatedConnection.every_s = every_s
+    for options in pooled:
         if options["pool"] is True:
             options["pool"] = {}
         options["pool"].setdefault("connection_class", GatedConnection)

@@ -15,8 +15,8 @@ class AdminConfig(SimpleAdminConfig):
 
     Django's own AdminConfig imports every app's admin module in django.setup(): for the broker's
     that is the state machine, the schedules' validation and their imports, 0.35 s of CPU in each
-    process, half of what `runworker`, `produce` and `submit` spent to start, though they serve
-    no page. queueproject/urls.py discovers them before it routes /admin/ (the web app and the
+    process, a third of what `runworker`, `produce` and `submit` spent to start, though they
+    serve no page. queueproject/urls.py discovers them before it routes /admin/ (the web app and the
     test client load it), and the admin check discovers them before it checks them.
     """
 

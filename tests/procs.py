@@ -203,6 +203,22 @@ def gunicorn(
         proc.stop()
 
 
+def gunicorn_processes(port: int, workers: int = 2) -> tuple[Any, list[Any]]:
+    """(master, workers) of the gunicorn listening on `port`, as psutil processes, once all its
+    workers are forked."""
+    import psutil
+
+    (pid,) = {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
+    }
+    found = psutil.Process(pid)
+    master = found if found.children() else found.parent()
+    forked = wait_until(lambda: len(master.children()) == workers and master.children(), 30)
+    return master, forked
+
+
 @contextmanager
 def two_brokers(db_url: str, tmp: Path) -> Iterator[tuple[str, str]]:
     """Two one-worker brokers "a" and "b" on the same database: their base URLs."""

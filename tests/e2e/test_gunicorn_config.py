@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from tests.procs import VENV_BIN, gunicorn, http
+from tests.procs import VENV_BIN, gunicorn, gunicorn_processes, http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -34,20 +34,7 @@ def test_preloaded_broker__workers_connect_on_their_own__master_holds_no_connect
         # Enough requests on fresh connections that both workers serve some.
         for _ in range(40):
             assert http("GET", f"{base}/stats")[0] == 200
-        listening = [
-            p
-            for p in psutil.Process().children(recursive=True)  # this test started it
-            if any(
-                c.status == psutil.CONN_LISTEN and c.laddr.port == port
-                for c in p.net_connections(kind="tcp")
-            )
-        ]
-        pids = {p.pid for p in listening}
-        masters = [p for p in listening if p.ppid() not in pids]
-        assert len(masters) == 1, listening
-        master = masters[0]
-        workers = [p for p in listening if p.ppid() == master.pid]
-        assert len(workers) == 2
+        master, workers = gunicorn_processes(port)
 
         db_port = urlsplit(db_url).port or 5432
         assert _database_sockets(master, db_port) == set()

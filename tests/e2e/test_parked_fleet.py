@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from tests.procs import ROOT, enqueue_batch, gunicorn, http, wait_until
+from tests.procs import ROOT, enqueue_batch, gunicorn, gunicorn_processes, http
 
 sys.path.insert(0, str(ROOT / "bench"))
 import parked  # bench/parked.py, a script beside its harness
@@ -29,19 +28,6 @@ WORKER = {"GUNICORN_CMD_ARGS": os.environ.get("PARKED_TEST_GUNICORN_ARGS", "")}
 WAIT_S = 12.0  # room on a slow host for the ramp, the settle, the CPU window and the wakes
 
 
-def _node(port: int) -> list[int]:
-    """gunicorn's master and its 2 workers (psutil names one of the processes on `port`)."""
-    (pid,) = {
-        c.pid
-        for c in psutil.net_connections("tcp")
-        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
-    }
-    found = psutil.Process(pid)
-    master = found if found.children() else found.parent()
-    workers = wait_until(lambda: len(master.children()) == 2 and master.children(), 30)
-    return [master.pid, *(w.pid for w in workers)]
-
-
 @pytest.mark.slow  # a load test: 1000 polls held for their whole wait (make test-slow)
 def test_1000_parked_polls__health_and_enqueue_answer_at_once__each_poll_204_at_its_end(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -49,7 +35,8 @@ def test_1000_parked_polls__health_and_enqueue_answer_at_once__each_poll_204_at_
     parked.raise_open_files()
     with gunicorn(db_url, tmp_path, **WORKER) as base:
         port = int(base.rsplit(":", 1)[1])
-        pids = _node(port)
+        master, workers = gunicorn_processes(port)
+        pids = [master.pid, *(w.pid for w in workers)]
         assert len(pids) == 3, pids  # the master and 2 workers
         result = asyncio.run(
             asyncio.wait_for(

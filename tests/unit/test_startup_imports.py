@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any
 
-from tests.procs import python
+from tests.procs import child_env, python
 
 SETUP = (
     "import os, sys, json\n"
@@ -19,9 +19,8 @@ SETUP = (
 )
 
 
-def _run(code: str, **env: str) -> Any:
-    child = {**os.environ, "DEBUG": "False", "SECRET_KEY": "test-only-secret-key", **env}
-    return json.loads(python(SETUP + code, env=child).stdout)
+def _run(code: str, db_url: str = os.environ.get("DATABASE_URL", "")) -> Any:
+    return json.loads(python(SETUP + code, env=child_env(db_url)).stdout)
 
 
 def test_django_setup__no_admin_module_imported__until_the_urlconf_routes_admin() -> None:
@@ -52,7 +51,7 @@ def test_django_setup__sqlite_database__psycopg_not_imported() -> None:
     # A worker host reaches the broker by HTTP: no PostgreSQL pool, no psycopg (0.2 s a start).
     seen = _run(
         "print(json.dumps('psycopg' in sys.modules))\n",
-        DATABASE_URL="sqlite:////tmp/not-opened.sqlite3",
+        "sqlite:////tmp/not-opened.sqlite3",
     )
     assert seen is False
 
@@ -62,6 +61,6 @@ def test_django_setup__postgres_pool__gated_connection_class_in_place() -> None:
         "from django.conf import settings\n"
         "pool = settings.DATABASES['default']['OPTIONS'].get('pool') or {}\n"
         "print(json.dumps(getattr(pool.get('connection_class'), '__name__', None)))\n",
-        DATABASE_URL="postgres://postgres@127.0.0.1:5432/not_connected",
+        "postgres://postgres@127.0.0.1:5432/not_connected",
     )
     assert seen == "GatedConnection"
