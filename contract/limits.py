@@ -31,6 +31,8 @@ QUEUE_RULE = f"[A-Za-z0-9_.-]{{1,{MAX_QUEUE_NAME}}}"
 QUEUE_PATTERN = f"^{QUEUE_RULE}$"
 QUEUE_RE = re.compile(QUEUE_RULE)
 QUEUE_MESSAGE = f"Must match {QUEUE_RULE}."
+# A claim's list of queues given empty: left out, it means every queue; empty, it is refused.
+NO_QUEUES = "Name at least one queue, or leave it out to claim from every queue."
 
 # -- request bodies ------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from contract.limits import (
     MAX_LEASE_MS,
     MAX_PROGRESS_MESSAGE,
     MAX_WAIT_MS,
+    NO_QUEUES,
     QUEUE_MESSAGE,
     QUEUE_PATTERN,
     QUEUE_RE,
@@ -183,15 +184,19 @@ def newest_first(
     return page, request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
 
 
-def queue_list(raw: str | list[str] | None, name: str = "queue") -> list[str] | None:
-    """`a,b` (or a JSON list) → ["a", "b"]; empty means every queue."""
+def queue_list(raw: str | None, name: str = "queue") -> list[str] | None:
+    """`a,b` → ["a", "b"]; left out, every queue. Given empty (`queue=`) it is a 400, like any
+    query parameter given empty: a worker whose list of queues came out empty must not drain
+    every queue. So is an empty name in the list (`a,,b`)."""
     if raw is None:
         return None
-    names = raw if isinstance(raw, list) else [q for q in raw.split(",") if q.strip()]
-    bad = [q for q in names if not isinstance(q, str) or not QUEUE_RE.fullmatch(q)]
+    if not raw:
+        raise ValidationFailed({name: [NO_QUEUES]})
+    names = raw.split(",")
+    bad = [q for q in names if not QUEUE_RE.fullmatch(q)]
     if bad:
         raise ValidationFailed({name: [f"Not a queue name: {bad[0]!r}."]})
-    return [q.strip() for q in names] or None
+    return names
 
 
 def queue_name(raw: str, name: str = "queue") -> str:

@@ -312,7 +312,12 @@ BATCH_COMPONENTS: dict[str, Schema] = {
                 "minimum": limits.MIN_LEASE_MS,
                 "default": limits.DEFAULT_LEASE_MS,
             },
-            "queues": {"type": "array", "items": ref("QueueName")},
+            "queues": {
+                "type": "array",
+                "items": ref("QueueName"),
+                "minItems": 1,
+                "description": "Queues to claim from; every queue when left out.",
+            },
             "acks": {
                 **_settle_items("result"),
                 "description": "Settle these first (with `nacks`: at most "

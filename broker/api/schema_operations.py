@@ -77,8 +77,8 @@ LEASE_MS = _integer(
 )
 CLAIM_QUEUES = _query(
     "queue",
-    {"type": "array", "items": ref("QueueName")},
-    "Comma-separated queues to claim from; every queue when absent.",
+    {"type": "array", "items": ref("QueueName"), "minItems": 1},
+    "Comma-separated queues to claim from; every queue when absent (given empty: 400).",
     style="form",
     explode=False,
 )

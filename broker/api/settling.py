@@ -17,6 +17,7 @@ from contract.limits import (
     MAX_LEASE_MS,
     MAX_WAIT_MS,
     MIN_LEASE_MS,
+    NO_QUEUES,
     QUEUE_MESSAGE,
     QUEUE_RE,
     parse_task_id,
@@ -111,14 +112,18 @@ def claim_args(body: dict[str, Any]) -> ClaimArgs:
             _int(body, "lease_ms", DEFAULT_LEASE_MS, MIN_LEASE_MS, None, found), MAX_LEASE_MS
         ),
     )
-    queues = body.get("queues")
-    if queues is not None:
+    if "queues" in body:
+        # Left out: every queue. An empty list or a null is a 400, not "every queue": a worker
+        # whose list of allowed queues came out empty must not drain all of them.
+        queues = body["queues"]
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
             found["queues"] = ["Must be a list of queue names."]
+        elif not queues:
+            found["queues"] = [NO_QUEUES]
         else:
             bad = [i for i, q in enumerate(queues) if not QUEUE_RE.fullmatch(q)]
             found.update({f"queues.{i}": [QUEUE_MESSAGE] for i in bad})
-            args.queues = queues or None
+            args.queues = queues
     total = 0
     for key in ("acks", "nacks"):
         if key not in body:

@@ -99,13 +99,18 @@ def test_claim_batch__nothing_ready__204(api_client) -> None:
         {"max": "3"},
         {"maxx": 3},
         {"queues": ["bad name"]},
+        {"queues": []},
+        {"queues": None},
+        {"queues": "a"},
         {"wait_ms": -1},
     ],
 )
-def test_claim_batch__bad_body__400(api_client, body) -> None:
-    r = api_client.post("/jobs/claim", body, format="json")
+def test_claim_batch__bad_body__400_and_nothing_handed_out(api_client, body) -> None:
+    _batch(api_client, [{"payload": 1}])
+    r = api_client.post("/jobs/claim", {"wait_ms": 0, **body}, format="json")
     assert r.status_code == 400
     assert "error" in r.json()
+    assert api_client.get("/stats").json()["ready"] == 1
 
 
 def test_ack_batch__per_item_answers(api_client) -> None:

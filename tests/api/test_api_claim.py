@@ -154,10 +154,13 @@ def test_claim__no_queue_filter__any_queue(api_client, enqueue, claim) -> None:
     assert claim()["task"]["queue"] == "x"
 
 
-def test_claim__bad_queue_name_in_filter__400(api_client) -> None:
-    r = api_client.get("/jobs/next?wait_ms=0&queue=a,b%20c")
+@pytest.mark.parametrize("queue", ["a,b%20c", "", "a,,b", "a,"])
+def test_claim__bad_queue_filter__400_and_nothing_handed_out(api_client, enqueue, queue) -> None:
+    enqueue(queue="a")
+    r = api_client.get(f"/jobs/next?wait_ms=0&queue={queue}")
     assert r.status_code == 400
     assert list(r.json()["fields"]) == ["queue"]
+    assert api_client.get("/stats").json()["ready"] == 1
 
 
 def test_claim__priority_high_normal_low_then_oldest(api_client, enqueue, claim) -> None:

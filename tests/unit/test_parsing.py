@@ -56,20 +56,16 @@ def test_task_id__only_canonical_decimals(raw: str, expected: int | None) -> Non
     ("raw", "expected"),
     [
         (None, None),
-        ("", None),
-        (",", None),
         ("a", ["a"]),
         ("a,b", ["a", "b"]),
-        ("a,,b", ["a", "b"]),
-        (["x", "y"], ["x", "y"]),
     ],
 )
-def test_queue_list__names(raw: str | list[str] | None, expected: list[str] | None) -> None:
+def test_queue_list__names(raw: str | None, expected: list[str] | None) -> None:
     assert parsing.queue_list(raw) == expected
 
 
-@pytest.mark.parametrize("raw", ["a b", "a,b c", "a\n", "q" * 65, "ä", ["a", 3]])
-def test_queue_list__bad_name__400(raw: str | list) -> None:
+@pytest.mark.parametrize("raw", ["a b", "a,b c", "a\n", "q" * 65, "ä", "", ",", "a,,b", "a,"])
+def test_queue_list__bad_or_empty_name__400(raw: str) -> None:
     with pytest.raises(ValidationFailed):
         parsing.queue_list(raw)
 

@@ -70,9 +70,13 @@ def task_key(text: str) -> str:
 
 
 def queue_list(text: str) -> list[str]:
-    """argparse type: comma-separated queue names ("": every queue), each as the broker names
-    queues, once each; a bad name is a usage error, not a claim the broker refuses forever."""
+    """argparse type: comma-separated queue names, each as the broker names queues, once each; a
+    bad name is a usage error, not a claim the broker refuses forever. So is a list with no name
+    (`--queue "$QUEUES"` with the variable unset): the flag left out means every queue, and a
+    worker must not drain every queue because a list came out empty."""
     names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError("no queue named (leave --queue out for every queue)")
     bad = [name for name in names if not QUEUE_RE.fullmatch(name)]
     if bad:
         raise argparse.ArgumentTypeError(f"not a queue name ({QUEUE_MESSAGE}): {bad[0][:70]!r}")
