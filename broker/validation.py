@@ -135,23 +135,42 @@ class EnqueueSerializer(StrictSerializer):
         choices=list(limits.AFTER_POLICIES), default=limits.DEFAULT_AFTER_POLICY
     )
 
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            # validate() below runs only once every field passed: the type and its payload
+            # are checked here too, so that one answer names every offending field.
+            errors = exc.detail
+            if isinstance(data, dict) and isinstance(errors, dict) and "type" not in errors:
+                payload = data.get("payload") if "payload" not in errors else _UNCHECKED
+                errors.update(_type_problems(data.get("type"), payload))
+            raise
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        job_type = attrs.get("type")
-        if job_type is not None:
-            spec = SPECS.get(job_type)
-            if spec is None:
-                raise serializers.ValidationError({"type": [f"Unknown job type {job_type!r}."]})
-            validate = getattr(spec, "validate", None)
-            problems = validate(json.loads(attrs["payload"])) if validate else None
+        if attrs.get("type") is not None:
+            problems = _type_problems(attrs["type"], json.loads(attrs["payload"]))
             if problems:
-                raise serializers.ValidationError(
-                    # "" names the payload as a whole (say, not an object).
-                    {
-                        f"payload.{name}" if name else "payload": msgs
-                        for name, msgs in problems.items()
-                    }
-                )
+                raise serializers.ValidationError(problems)
         return attrs
+
+
+_UNCHECKED = object()  # a payload that failed its own checks: not validated by its type
+
+
+def _type_problems(job_type: Any, payload: Any) -> dict[str, list[str]]:
+    """What a registered job type finds wrong: an unknown type, or its payload's fields."""
+    if not isinstance(job_type, str):
+        return {}
+    spec = SPECS.get(job_type)
+    if spec is None:
+        return {"type": [f"Unknown job type {job_type!r}."]}
+    validate = getattr(spec, "validate", None)
+    problems = validate(payload) if validate and payload is not _UNCHECKED else None
+    # "" names the payload as a whole (say, not an object).
+    return {
+        f"payload.{name}" if name else "payload": msgs for name, msgs in (problems or {}).items()
+    }
 
 
 def task_from_attrs(attrs: dict[str, Any]) -> NewTask:

@@ -116,6 +116,29 @@ def test_enqueue__unknown_type__400_naming_type(api_client, job_type: str) -> No
     assert fields == {"type": [f"Unknown job type {job_type!r}."]}
 
 
+@pytest.mark.parametrize(
+    "body, fields",
+    [
+        ({"type": "no_such_type", "max_attempts": 0}, ["max_attempts", "payload", "type"]),
+        (
+            {"type": "sleep_job", "payload": {"duration_seconds": -1}, "max_attempts": 0},
+            ["max_attempts", "payload.duration_seconds"],
+        ),
+        (
+            {"type": "sleep_job", "payload": {"duration_seconds": -1}, "max_attemps": 3},
+            ["max_attemps", "payload.duration_seconds"],
+        ),
+    ],
+)
+def test_enqueue__type_problem_beside_other_bad_fields__one_400_names_them_all(
+    api_client, body: dict[str, Any], fields: list[str]
+) -> None:
+    r = post(api_client, "/jobs", body)
+    assert r.status_code == 400, r.content
+    assert sorted(r.json()["fields"]) == fields
+    assert not Task.objects.exists()
+
+
 def test_enqueue__untyped_payload__any_json_still_fine(api_client) -> None:
     for payload in (None, [1], "x", {"url": "ftp://x"}):
         assert post(api_client, "/jobs", {"payload": payload}).status_code == 201
