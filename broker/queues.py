@@ -125,10 +125,13 @@ def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
         else:
             raise RuntimeError(f"queue {name!r}: its settings row vanished five times")
         unordered = row.ordered and changes.get("ordered") is False
+        ordering = not row.ordered and changes.get("ordered") is True
         loosened = _apply(row, changes)
         row.save()
         if unordered:
             keys.unorder(name)  # every task waiting for its key's turn: claimable now
+        if ordering:
+            keys.order(name)  # the tasks already there line up per key
         if loosened:
             announce({name: WAKE_ON_CHANGE})
     restricted.forget_hints()

@@ -33,6 +33,11 @@ from broker.wakeup import announce
 # real time), and among the others by age, as a claim takes the oldest first.
 UNSERVED_LEAD = timedelta(days=1000 * 365)
 KEYLESS = ""  # the one key of the tasks without one
+# How long an idle key's row outlives its last hand-out. A key back sooner keeps its place in
+# a fair round; its row pruned, it would count as never served and go before every key with a
+# backlog (a tenant sending one task at a time would always jump the queue). Long after, a key
+# served that long ago comes before the keys served since anyway.
+SERVED_KEEP = timedelta(minutes=10)
 UNFINISHED = (State.READY, State.HANDED_OUT, State.DELAYED, State.BLOCKED)
 _UPSERT = (
     'INSERT INTO "broker_keystate" ("queue", "key", "served_at") VALUES {rows}'
@@ -84,10 +89,13 @@ class Line:
         self._unfinished = set(live.values_list("pk", flat=True))
         self.waits: list[tuple[Task, int | Task]] = []
 
-    def join(self, row: Task) -> None:
-        """Put a new row (not yet saved) at the end of its key's line."""
+    def join(self, row: Task, *, wait: bool = True) -> None:
+        """Put a new row (not yet saved) at the end of its key's line; with wait=False it holds
+        the key without waiting for the row before it (a task already handed out)."""
         pair = (row.queue, row.key or KEYLESS)
         previous = self._tails.get(pair)
+        if not wait:
+            previous = None
         if isinstance(previous, Task) or (previous is not None and previous in self._unfinished):
             row.key_wait = True
             if isinstance(previous, Task):
@@ -147,6 +155,30 @@ def requeued(pks: Sequence[int]) -> None:
     line.close()
 
 
+def order(queue: str) -> int:
+    """The queue becomes ordered: its unfinished keyed tasks line up per key in enqueue order,
+    as if enqueued into it. One handed out already keeps its lease and holds its key. Returns
+    how many now wait for their turn. Call in the settings change's transaction."""
+    live = Task.objects.filter(queue=queue, key__isnull=False, state__in=UNFINISHED)
+    pairs = [(queue, key) for key in live.order_by().values_list("key", flat=True).distinct()]
+    if not pairs:
+        return 0
+    # The keys' rows locked first: an enqueue of one of them in flight commits before the read
+    # below, and one after it reads the queue as ordered.
+    hold(pairs)
+    rows = list(live.order_by("pk").only("pk", "queue", "key", "state", "children"))
+    line = Line(dict.fromkeys(pairs))
+    for row in rows:
+        line.join(row, wait=row.state != State.HANDED_OUT)
+    waiting = [row.pk for row, _ in line.waits]
+    Task.objects.filter(pk__in=waiting).update(key_wait=True)
+    # Each task is at most one other's previous: one statement bumps them all.
+    ahead = [previous.pk for _, previous in line.waits if isinstance(previous, Task)]
+    Task.objects.filter(pk__in=ahead).update(children=F("children") + 1)
+    line.close()
+    return len(waiting)
+
+
 def unorder(queue: str) -> int:
     """The queue stops being ordered: every task waiting for its turn is claimable at once."""
     waiting = Task.objects.filter(queue=queue, key_wait=True)
@@ -163,11 +195,11 @@ _prune_after = 0  # the KeyState id the sweeper's next prune starts after (per p
 
 
 def prune(limit: int = 500) -> int:
-    """Delete the KeyState rows of keys with no live task (the sweeper): `limit` rows a call,
-    walked by id, round and round. Idle rows are found without a lock (a key being served has
-    live tasks: fair claims never wait on this); only they are locked, skipping those an enqueue
-    holds, and the delete, a statement of its own after the lock, re-checks against every task
-    committed before it. The keyless row of a queue stays."""
+    """Delete the KeyState rows of keys with no live task and no hand-out for SERVED_KEEP (the
+    sweeper): `limit` rows a call, walked by id, round and round. Idle rows are found without a
+    lock (a key being served has live tasks: fair claims never wait on this); only they are
+    locked, skipping those an enqueue holds, and the delete, a statement of its own after the
+    lock, re-checks against every task committed before it. The keyless row of a queue stays."""
     global _prune_after
     live = Task.objects.filter(queue=OuterRef("queue"), key=OuterRef("key"), state__in=UNFINISHED)
     with transaction.atomic():
@@ -179,7 +211,9 @@ def prune(limit: int = 500) -> int:
         )
         _prune_after = ids[-1] if len(ids) == limit else 0
         idle = list(
-            KeyState.objects.filter(pk__in=ids).exclude(Exists(live)).values_list("pk", flat=True)
+            KeyState.objects.filter(pk__in=ids, served_at__lt=current_time() - SERVED_KEEP)
+            .exclude(Exists(live))
+            .values_list("pk", flat=True)
         )
         if not idle:
             return 0

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from django.utils import timezone
@@ -142,6 +144,28 @@ def test_ordered__turned_off__every_waiting_task_claimable() -> None:
     assert sorted(take("o", 5)) == ids
 
 
+def test_ordered__turned_on__the_tasks_already_there_line_up_per_key() -> None:
+    ks = put("o", "k", 3)
+    js = put("o", "j", 2)
+    (out,) = take("o")  # the oldest: k's first, handed out before the queue is ordered
+    assert out == ks[0]
+    assert queues.update("o", {"ordered": True})["ordered"] is True
+    assert waiting.explain(ks[1]) == {
+        "reason": "key_busy", "behind": str(ks[0]), "detail": ANY
+    }  # fmt: skip
+    first = take("o", 5)
+    assert list(first) == [js[0]]  # each key's next waits for the one before it
+    (later,) = put("o", "k")  # enqueued after the switch: at the end of k's line
+    queue.ack(js[0], lease_id=first[js[0]])
+    queue.ack(out, lease_id=Task.objects.get(pk=out).lease_id)
+    seen = []
+    while got := take("o", 5):
+        for pk, lease in got.items():
+            seen.append(pk)
+            queue.ack(pk, lease_id=lease)
+    assert seen == [ks[1], js[1], ks[2], later]
+
+
 def test_ordered__a_batch_of_one_key__chained_in_its_order() -> None:
     queues.update("o", {"ordered": True})
     ids = put("o", "k", 4)
@@ -252,6 +276,23 @@ def test_key_max__raised__more_go() -> None:
     assert sorted(take("m", 5)) == ids[1:]
 
 
+def test_fair__a_key_idle_for_a_moment__keeps_its_place_behind_a_backlog() -> None:
+    queues.update("f", {"fair": True})
+    put("f", "b", 2)
+    put("f", "a")
+    first = claimed("f", 2)
+    assert [key for _, key in first] == ["b", "a"]
+    (a0,) = [pk for pk, key in first if key == "a"]
+    queue.ack(a0, lease_id=Task.objects.get(pk=a0).lease_id)
+    queue.keys.prune()  # "a" has no live task now: its row stays, its last hand-out with it
+    put("f", "a")
+    assert [key for _, key in claimed("f")] == ["b"]  # served before "a": its turn
+    ((a1, _),) = claimed("f")
+    queue.ack(a1, lease_id=Task.objects.get(pk=a1).lease_id)
+    KeyState.objects.filter(key="a").update(served_at=timezone.now() - queue.keys.SERVED_KEEP)
+    assert queue.keys.prune() == 1  # idle, and served longer ago than a row is kept
+
+
 # -- keys themselves --------------------------------------------------------------------------
 
 
@@ -269,7 +310,10 @@ def test_key_state__prune_walks_every_key__not_only_the_longest_unserved() -> No
         put("p", key)
     (idle,) = put("p", "idle")
     queue.ack(idle, lease_id=take("p", 5)[idle])
-    KeyState.objects.filter(key="idle").update(served_at=timezone.now())  # served last
+    # Served last, but longer ago than an idle key's row is kept.
+    served = timezone.now() - queue.keys.SERVED_KEEP - timedelta(seconds=1)
+    KeyState.objects.filter(key="idle").update(served_at=served)
+    KeyState.objects.exclude(key="idle").update(served_at=served - timedelta(seconds=1))
     assert "idle" in set(KeyState.objects.values_list("key", flat=True))
     found = sum(queue.keys.prune(limit=2) for _ in range(3))
     assert found == 1
