@@ -30,7 +30,11 @@ def integer(body: dict[str, Any], name: str, low: int, high: int, default: int |
         if default is None:
             raise errors.MissingParameter(f"The request must contain the parameter {name}.")
         return default
-    if type(value) is not int or not low <= value <= high:
+    if type(value) is not int:
+        raise errors.InvalidParameterValue(
+            f"Value {value!r} for parameter {name} is invalid. Reason: Must be an integer."
+        )
+    if not low <= value <= high:
         raise errors.InvalidParameterValue(
             f"Value {value} for parameter {name} is invalid. "
             f"Reason: Must be between {low} and {high}, if provided."
@@ -62,7 +66,9 @@ def entries(body: dict[str, Any]) -> list[dict[str, Any]]:
     if not found:
         raise errors.EmptyBatchRequest("There should be at least one entry in the request.")
     if not isinstance(found, list) or not all(isinstance(e, dict) for e in found):
-        raise errors.InvalidParameterValue("Value for parameter Entries must be a list.")
+        raise errors.InvalidParameterValue(
+            "Value for parameter Entries must be a list of objects (one per entry)."
+        )
     if len(found) > limits.MAX_BATCH:
         raise errors.TooManyEntriesInBatchRequest(
             f"Maximum number of entries per request are {limits.MAX_BATCH}. "

@@ -204,6 +204,31 @@ def test_delete__handle_of_another_queue__receipt_handle_is_invalid(sqs: Sqs, qu
     assert _code(sqs, "DeleteMessage", body) == "ReceiptHandleIsInvalid"
 
 
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("5", "Must be an integer."),
+        (1.5, "Must be an integer."),
+        (901, "Must be between 0 and 900"),
+    ],
+)
+def test_send__delay_not_an_integer_in_range__invalid_saying_which(
+    sqs: Sqs, queue_url, value, reason: str
+) -> None:
+    url = queue_url("d")
+    status, answer, _ = sqs(
+        "SendMessage", {"QueueUrl": url, "MessageBody": "m", "DelaySeconds": value}
+    )
+    assert (status, answer["__type"]) == (400, "com.amazonaws.sqs#InvalidParameterValue")
+    assert "DelaySeconds" in answer["message"] and reason in answer["message"]
+    assert (
+        sqs("GetQueueAttributes", {"QueueUrl": url, "AttributeNames": ["All"]})[1]["Attributes"][
+            "ApproximateNumberOfMessages"
+        ]
+        == "0"
+    )
+
+
 def test_change_visibility__errors_by_state(sqs: Sqs, queue_url) -> None:
     url = queue_url("c")
     _send(sqs, url)
