@@ -11,6 +11,7 @@ says "yes, and this is the task" or "ask the serializer" (a property test holds 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -143,33 +144,33 @@ class EnqueueSerializer(StrictSerializer):
             # are checked here too, so that one answer names every offending field.
             errors = exc.detail
             if isinstance(data, dict) and isinstance(errors, dict) and "type" not in errors:
-                payload = data.get("payload") if "payload" not in errors else _UNCHECKED
+                payload = None if "payload" in errors else (lambda: data.get("payload"))
                 errors.update(_type_problems(data.get("type"), payload))
             raise
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("type") is not None:
-            problems = _type_problems(attrs["type"], json.loads(attrs["payload"]))
+            problems = _type_problems(attrs["type"], lambda: json.loads(attrs["payload"]))
             if problems:
                 raise serializers.ValidationError(problems)
         return attrs
 
 
-_UNCHECKED = object()  # a payload that failed its own checks: not validated by its type
-
-
-def _type_problems(job_type: Any, payload: Any) -> dict[str, list[str]]:
-    """What a registered job type finds wrong: an unknown type, or its payload's fields."""
+def _type_problems(job_type: Any, payload: Callable[[], Any] | None) -> dict[str, list[str]]:
+    """What a registered job type finds wrong: an unknown type, or the fields of its payload
+    (`payload()`; None: a payload that failed its own checks, not looked at by its type)."""
     if not isinstance(job_type, str):
         return {}
     spec = SPECS.get(job_type)
     if spec is None:
         return {"type": [f"Unknown job type {job_type!r}."]}
     validate = getattr(spec, "validate", None)
-    problems = validate(payload) if validate and payload is not _UNCHECKED else None
+    if validate is None or payload is None:
+        return {}
     # "" names the payload as a whole (say, not an object).
     return {
-        f"payload.{name}" if name else "payload": msgs for name, msgs in (problems or {}).items()
+        f"payload.{name}" if name else "payload": msgs
+        for name, msgs in (validate(payload()) or {}).items()
     }
 
 
