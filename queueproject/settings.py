@@ -274,14 +274,28 @@ TASKS = {
 # Dotted paths (fnmatch patterns, "myapp.tasks.*") of @task functions runworker may run.
 # When set, it replaces the TASKS backends' OPTIONS["ALLOWED_TASKS"]; with neither, none.
 BROKER_TASKS_ALLOWED = env.list("BROKER_TASKS_ALLOWED", default=[])
+
+
 # Networks (CIDR) the http_fetch job type may reach although they are loopback, private,
 # link-local or reserved (contract/netpolicy.py); empty refuses them all. Parsed here, so a typo
 # stops the process at start instead of failing enqueues.
-BROKER_FETCH_ALLOWED_NETWORKS = [
-    str(ipaddress.ip_network(n.strip(), strict=False))
-    for n in env.list("BROKER_FETCH_ALLOWED_NETWORKS", default=[])
-    if n.strip()
-]
+def _networks(name: str) -> list[str]:
+    found = []
+    for text in env.list(name, default=[]):
+        if not text.strip():
+            continue
+        try:
+            found.append(str(ipaddress.ip_network(text.strip(), strict=False)))
+        except ValueError:
+            from django.core.exceptions import ImproperlyConfigured
+
+            raise ImproperlyConfigured(
+                f"{name}: networks in CIDR form (10.0.0.0/8), comma-separated; not {text!r}"
+            ) from None
+    return found
+
+
+BROKER_FETCH_ALLOWED_NETWORKS = _networks("BROKER_FETCH_ALLOWED_NETWORKS")
 
 LOGGING = {
     "version": 1,

@@ -101,6 +101,7 @@ def produce(
     """
     counts = [[0, 0] for _ in range(concurrency)]  # per thread: [sent, rejected], no lock needed
     give_up = threading.Event()
+    told = threading.Lock()  # the first refusal is logged, with why; the rest only counted
 
     # Chunk k goes to thread k % concurrency; with batch 1 that is task k + 1.
     chunks = [range(first, min(first + batch, n + 1)) for first in range(1, n + 1, batch)]
@@ -112,14 +113,17 @@ def produce(
                 return
             try:
                 if batch == 1:
-                    status, _ = client.enqueue(make_body(template, chunk[0]))
+                    status, answer = client.enqueue(make_body(template, chunk[0]))
                 else:
-                    status, _ = client.enqueue_many([make_body(template, k) for k in chunk])
+                    status, answer = client.enqueue_many([make_body(template, k) for k in chunk])
             except BrokerUnavailableError as exc:
                 log.error("%s; stopping", exc)
                 give_up.set()
                 return
-            mine[0 if 200 <= status < 300 else 1] += len(chunk)
+            accepted = 200 <= status < 300
+            mine[0 if accepted else 1] += len(chunk)
+            if not accepted and told.acquire(blocking=False):
+                log.error("%s", refusal(status, answer))
 
     started = time.monotonic()
     threads = [
@@ -136,6 +140,18 @@ def produce(
     elapsed = time.monotonic() - started
     sent = sum(c[0] for c in counts)
     return Summary(n, sent, sum(c[1] for c in counts), elapsed)
+
+
+def refusal(status: int, answer: Any) -> str:
+    """Why the broker refused a task, in one line, with what to do about a missing token."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    line = f"the broker refused a task: {status} {error or ''}".rstrip()
+    fields = answer.get("fields") if isinstance(answer, dict) else None
+    if fields:
+        line += f" {fields}"
+    if status == 401:
+        line += " (set BROKER_API_TOKEN to one of the broker's BROKER_API_TOKENS)"
+    return line
 
 
 def progress_bar(done: int, total: int, width: int = 30) -> str:

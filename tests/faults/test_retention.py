@@ -150,6 +150,23 @@ def test_whole_number_setting__bad_value__improperly_configured_naming_it(
         project_settings._whole("BROKER_HISTORY_MINUTES", 2880, least=least)
 
 
+@pytest.mark.parametrize("raw", ["10.0.0.0/33", "nope", "10.0.0.0/8,300.1.1.1"])
+def test_fetch_networks_setting__bad_value__improperly_configured_naming_it(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("BROKER_FETCH_ALLOWED_NETWORKS", raw)
+    with pytest.raises(ImproperlyConfigured, match="BROKER_FETCH_ALLOWED_NETWORKS: networks in"):
+        project_settings._networks("BROKER_FETCH_ALLOWED_NETWORKS")
+
+
+def test_fetch_networks_setting__blanks_skipped_hosts_as_networks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BROKER_FETCH_ALLOWED_NETWORKS", " , 10.0.0.5/8,127.0.0.1")
+    found = project_settings._networks("BROKER_FETCH_ALLOWED_NETWORKS")
+    assert found == ["10.0.0.0/8", "127.0.0.1/32"]
+
+
 def test_settings__zero_where_it_means_something__the_process_starts() -> None:
     """No retry backoff and no history kept are settings a test rig uses: 0 starts; a tick of 0
     (a sweeper spinning) does not."""

@@ -41,6 +41,21 @@ def test_produce__some_rejected__summary_counts(
     assert re.match(r"^sent 7, rejected 3, \d+\.\d tasks/s$", summary.line())
 
 
+def test_produce__refused__the_first_refusal_logged_once_with_why(
+    http_broker: FakeServer, make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    http_broker.default("POST", "/jobs", Reply(401, {"error": "Missing or wrong credentials."}))
+
+    summary = producer.produce(make_client(http_broker.url), 5, TEMPLATE, concurrency=2)
+
+    assert (summary.sent, summary.rejected) == (0, 5)
+    refusals = [r.getMessage() for r in caplog.records if r.name == "workers.producer"]
+    assert refusals == [
+        "the broker refused a task: 401 Missing or wrong credentials."
+        " (set BROKER_API_TOKEN to one of the broker's BROKER_API_TOKENS)"
+    ]
+
+
 def test_produce__bodies__numbered_lines_and_the_given_fields(
     http_broker: FakeServer, make_client: MakeClient
 ) -> None:
