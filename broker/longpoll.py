@@ -22,12 +22,18 @@ from broker import queue
 from broker.claimers import claim_log
 from broker.parking.loop import ENVIRON_KEY, Parked, Slot
 from broker.queue import Delivery
-from broker.wakeup import Waiter, hub
+from broker.wakeup import ANY_QUEUE, Waiter, hub
 
 # How often a parked claim looks at its socket; a syscall, no database work.
 GONE_CHECK_S = 0.5
 # How often a parked claim polls the database itself while the hub's listener is deaf.
 DEGRADED_POLL_S = 0.25
+# A claim woken for its queue that finds nothing looks once more this much later. Most often
+# another claimer took the task; but a transaction that waited for the task's row lock and then
+# found the row no longer matched (a second requeue of one dead task, a settle racing a release)
+# holds that lock until it ends, and a claim's SKIP LOCKED passes the row by: the wake would be
+# spent and the task left ready beside parked claimers.
+RELOOK_S = 0.05
 # What a claim meets while PostgreSQL cannot be reached: a broken connection, or none to be had
 # from the pool within BROKER_DB_POOL_TIMEOUT.
 AWAY_ERRORS = (OperationalError, InterfaceError)
@@ -86,8 +92,12 @@ def once(parking: Slot | None, key: str, work: Callable[[], Any]) -> Any:
     return work() if parking is None else parking.once(key, work)
 
 
-def _look_again_at(retry_in: float | None) -> float:
-    """The monotonic time to claim again without a wake-up (infinity: only when woken)."""
+def _look_again_at(got: list[Delivery], woken: str | None) -> float:
+    """The monotonic time to claim again without a wake-up (infinity: only when woken), after
+    a look that found nothing: a rate limit's next token, or RELOOK_S after a fruitless wake."""
+    retry_in: float | None = getattr(got, "retry_in", None)
+    if woken is not None and woken != ANY_QUEUE:
+        retry_in = RELOOK_S if retry_in is None else min(retry_in, RELOOK_S)
     return math.inf if retry_in is None else time.monotonic() + retry_in
 
 
@@ -154,16 +164,18 @@ def claim_wait(
     held: str | None = None
     try:
         while True:
-            held = hub.take(waiter)
+            held = woken = hub.take(waiter)
             if gone():
                 return []
+            looked = False
             if not hub.away:
                 got, lost = _look(queues, lease_ms, limit, worker)
                 if lost is None:
                     held = None  # the claim looked: whatever the wake announced, it was seen
+                    looked = True
                 if got:
                     return got
-            look_again = _look_again_at(getattr(got, "retry_in", None))
+            look_again = _look_again_at(got, woken if looked else None)
             _let_go()
             while True:
                 now = time.monotonic()
@@ -224,13 +236,15 @@ def _claim_parked(
                 return _last_look(queues, lease_ms, limit, worker, wait.lost)
             first = False
             got: list[Delivery] = []
+            looked = False
             if not hub.away:
                 got, wait.lost = _look(queues, lease_ms, limit, worker)
                 if wait.lost is None:
                     wait.held = None
+                    looked = True
                 if got:
                     return got
-            look_again = _look_again_at(getattr(got, "retry_in", None))
+            look_again = _look_again_at(got, woken if looked else None)
             _let_go()
             now = time.monotonic()
             if now >= wait.deadline:

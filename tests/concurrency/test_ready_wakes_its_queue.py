@@ -35,6 +35,23 @@ def _dead_task(base: str, queue: str) -> str:
     return str(task_id["id"])
 
 
+def _requeue_at_once(base: str, task_id: str, n: int) -> list[int]:
+    """n requeues of one task sent together: their statuses."""
+    start = threading.Barrier(n)
+    answers: list[int] = []
+
+    def requeue() -> None:
+        start.wait()
+        answers.append(http("POST", f"{base}/dlq/{task_id}/requeue")[0])
+
+    racers = [threading.Thread(target=requeue) for _ in range(n)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(15)
+    return answers
+
+
 def test_requeue__other_queues_claimer_parked_first__its_own_claimer_woken(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -52,6 +69,27 @@ def test_requeue__other_queues_claimer_parked_first__its_own_claimer_woken(
         assert second["body"]["task"]["id"] == dead
         assert second["waited"] < 0.3 + 2.0, second["waited"]
         assert first["status"] == 204
+
+
+def test_requeue__racing_requeues_of_one_task__a_parked_claimer_still_gets_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The requeues that lose wait for the winner's row lock and, finding the task no longer
+    dead, hold that lock until they end: the claim the winner woke passes the row by (SKIP
+    LOCKED) and must look again, or the task sits ready beside parked claimers."""
+    with gunicorn(db_url, tmp_path, "b", WORKERS="1", GUNICORN_THREADS="16") as b:
+        for round_ in range(8):
+            queue = f"race{round_}"
+            dead = _dead_task(b, queue)
+            claimer: dict = {}
+            parked = _park(b, queue, claimer, wait_ms=5000)
+            time.sleep(0.3)
+            answers = _requeue_at_once(b, dead, 4)
+            parked.join(15)
+            assert sorted(answers) == [204, 404, 404, 404]
+            assert claimer["status"] == 200, (round_, claimer)
+            assert claimer["body"]["task"]["id"] == dead
+            assert claimer["waited"] < 0.3 + 2.0, (round_, claimer["waited"])
 
 
 def test_promote__other_queues_claimer_parked_first__its_own_claimer_woken(
