@@ -45,7 +45,8 @@ class KeyState(models.Model):
     tasks (fair claims take the key served longest ago first; never: when the key appeared, a
     thousand years back, keys.unserved), and, in an ordered
     queue, its last task (the next one enqueued waits for it). Locked by the enqueues of its
-    key; pruned by the sweeper once the key has no live task."""
+    key; pruned by the sweeper once the key has no live task and no hand-out for 10 minutes,
+    upserted again by the requeue of a dead task of the key."""
 
     queue = models.CharField(max_length=64)
     key = models.CharField(max_length=128)

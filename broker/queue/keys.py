@@ -135,17 +135,27 @@ def line_up(rows: Sequence[Task]) -> Line | None:
 
 
 def requeued(pks: Sequence[int]) -> None:
-    """Tasks requeued out of the DLQ (now ready) of ordered queues join the end of their key's
-    line: a key's tasks released since it died go first. Call in the requeue's transaction."""
-    ordered = Queue.objects.filter(ordered=True).values("name")
+    """Tasks requeued out of the DLQ (now ready): their keys' KeyState rows are upserted (the
+    sweeper may have pruned a row while its key had only dead tasks, and a fair queue's claims
+    walk the rows: a key without one would never be served), and in ordered queues they join
+    the end of their key's line: a key's tasks released since it died go first. Call in the
+    requeue's transaction."""
     rows = list(
-        Task.objects.filter(pk__in=pks, key__isnull=False, queue__in=ordered).order_by("pk")
+        Task.objects.filter(pk__in=pks, key__isnull=False)
+        .order_by("pk")
+        .only("pk", "queue", "key", "children", "key_wait")
     )
     if not rows:
         return
-    ours = {row.pk for row in rows}
     tails = hold([(row.queue, row.key or KEYLESS) for row in rows])
-    line = Line({pair: None if tail in ours else tail for pair, tail in tails.items()})
+    ordered = ordered_queues({row.queue for row in rows})
+    rows = [row for row in rows if row.queue in ordered]
+    if not rows:
+        return
+    ours = {row.pk for row in rows}
+    line = Line(
+        {pair: None if tail in ours else tail for pair, tail in tails.items() if pair[0] in ordered}
+    )
     for row in rows:
         line.join(row)
     Task.objects.filter(pk__in=[row.pk for row in rows if row.key_wait]).update(key_wait=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -291,6 +292,37 @@ def test_fair__a_key_idle_for_a_moment__keeps_its_place_behind_a_backlog() -> No
     queue.ack(a1, lease_id=Task.objects.get(pk=a1).lease_id)
     KeyState.objects.filter(key="a").update(served_at=timezone.now() - queue.keys.SERVED_KEEP)
     assert queue.keys.prune() == 1  # idle, and served longer ago than a row is kept
+
+
+@pytest.mark.parametrize("fair_from_the_start", [True, False])
+def test_fair__a_task_requeued_after_its_keys_row_was_pruned__handed_out(
+    fair_from_the_start: bool,
+) -> None:
+    if fair_from_the_start:
+        queues.update("f", {"fair": True})
+    (pk,) = put("f", "k", max_attempts=1)
+    queue.nack(pk, lease_id=take("f")[pk], error="boom")
+    assert Task.objects.get(pk=pk).state == State.DEAD
+    KeyState.objects.filter(key="k").update(served_at=timezone.now() - queue.keys.SERVED_KEEP)
+    assert queue.keys.prune() == 1  # only a dead task left: not live
+    queues.update("f", {"fair": True})
+    queue.requeue(pk)
+    assert [got for got, _ in claimed("f")] == [pk]
+
+
+def test_migration_0020__keys_of_unfinished_tasks_without_a_row__restored_as_never_served() -> None:
+    from django.apps import apps
+
+    restore = importlib.import_module("broker.migrations.0020_keystate_of_requeued_tasks").restore
+    put("f", "k")  # its row lost, as a requeue after a prune left it
+    put("f", "kept")
+    (done,) = put("f", "gone")
+    queue.ack(done, lease_id=take("f", 3)[done])
+    KeyState.objects.filter(key__in=["k", "gone"]).delete()
+    restore(apps, None)
+    rows = dict(KeyState.objects.filter(queue="f").values_list("key", "served_at"))
+    assert set(rows) == {"k", "kept"}
+    assert rows["k"] < timezone.now() - timedelta(days=365)
 
 
 # -- keys themselves --------------------------------------------------------------------------
