@@ -101,6 +101,9 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str, tuple[str, ...]]] = {
     # is one that lapse buried, its receives used up (a nack's bury and a requeue drop the lease).
     "ack_lapsed": (frozenset({State.READY, State.DELAYED, State.DEAD}), State.DONE, ("acked",)),
     "requeue": (frozenset({State.DEAD}), State.READY, ("requeued",)),
+    # A person drops a task from the DLQ (admin's Discard): never retried; kept, cancelled, until
+    # retention prunes it, as any cancelled task.
+    "discard": (frozenset({State.DEAD}), State.CANCELLED, ("cancelled",)),
     "cancel": (
         frozenset({State.READY, State.DELAYED, State.HANDED_OUT, State.BLOCKED}),
         State.CANCELLED,

@@ -1,4 +1,4 @@
-"""Admin of the dead-letter queue: requeue and cancel, in chunks, through broker.queue."""
+"""Admin of the dead-letter queue: requeue and discard, in chunks, through broker.queue."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -58,7 +59,7 @@ class DeadTaskAdmin(TaskAdmin):
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
     sortable_by = ("short_id", "died_at")
-    actions = ("requeue_selected", "requeue_all_matching")
+    actions = ("requeue_selected", "requeue_all_matching", "discard_selected")
     list_title = "Dead-letter queue"
     queue_choices_from = ((State.DEAD,), False)  # queues that have dead tasks
     change_list_template = "admin/broker/deadtask/change_list.html"
@@ -76,16 +77,30 @@ class DeadTaskAdmin(TaskAdmin):
         moved = queue.requeue_many(queryset.values_list("pk", flat=True))
         self._report(request, moved)
 
+    @admin.action(description="Discard selected (cancelled, never retried)", permissions=["change"])
+    def discard_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+        moved = queue.discard_many(queryset.values_list("pk", flat=True))
+        self._report(request, moved, "discarded")
+
     @admin.action(description="Requeue all matching the current filter", permissions=["change"])
     def requeue_all_matching(self, request: HttpRequest, queryset: QuerySet | None = None) -> None:
         # The selection does not matter: the list's filters and search (the query string) do.
         matching = self.get_changelist_instance(request).get_queryset(request)
         self._report(request, requeue_matching(matching))
 
-    def _report(self, request: HttpRequest, moved: int) -> None:
-        self.message_user(
-            request, ngettext("%d task requeued.", "%d tasks requeued.", moved) % moved
-        )
+    def _report(self, request: HttpRequest, moved: int, done: str = "requeued") -> None:
+        message = ngettext("%d task %s.", "%d tasks %s.", moved) % (moved, done)
+        # A selection made on a page shown before: some may have left the DLQ since.
+        chosen = len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME))
+        if request.POST.get("select_across", "0") == "0" and chosen > moved:
+            left = chosen - moved
+            message += (
+                ngettext(
+                    " %d selected was no longer dead.", " %d selected were no longer dead.", left
+                )
+                % left
+            )
+        self.message_user(request, message)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

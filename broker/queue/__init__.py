@@ -9,7 +9,7 @@ target states and counters of each move come from `broker.states.TRANSITIONS`.
     lease.py        claim, settle (ack/nack, one or many), extend
     progress.py     progress: the holder's report and checkpoint (no state change)
     restricted.py   the claim of paused and limited queues (max_in_flight, rate_per_s)
-    deadletters.py  requeue, cancel, cancel_queue (purge)
+    deadletters.py  requeue, discard (out of the DLQ for good), cancel, cancel_queue (purge)
     redelivery.py   release (handed_out → ready at once), failed attempts no worker nacked,
                     ack_lapsed (SQS's delete after a lapsed visibility timeout)
     sweeps.py       pending (which moves have work), reclaim_expired (held after an outage:
@@ -30,7 +30,14 @@ from broker.queue.base import (
     Settle,
 )
 from broker.queue.counters import fold_deltas, gauges, stats, totals
-from broker.queue.deadletters import cancel, cancel_many, cancel_queue, requeue, requeue_many
+from broker.queue.deadletters import (
+    cancel,
+    cancel_many,
+    cancel_queue,
+    discard_many,
+    requeue,
+    requeue_many,
+)
 from broker.queue.enqueue import enqueue, enqueue_many
 from broker.queue.graphs import cancel_steps, enqueue_graph
 from broker.queue.lease import (
@@ -74,6 +81,7 @@ __all__ = [
     "cancel_queue",
     "cancel_steps",
     "claim",
+    "discard_many",
     "enqueue",
     "enqueue_graph",
     "enqueue_many",

@@ -85,6 +85,12 @@ def requeue_many(task_ids: Iterable[int]) -> int:
     return _move_many(task_ids, "requeue", {"attempts": 0, "last_error": None})
 
 
+def discard_many(task_ids: Iterable[int]) -> int:
+    """dead → cancelled: the dead tasks among `task_ids` are dropped from the DLQ for good (their
+    dependants as a cancel's); returns how many moved."""
+    return _move_many(task_ids, "discard", {})
+
+
 def _ending_lease(target: str, now: datetime) -> dict[str, Any]:
     return {
         "state": target,

@@ -80,6 +80,37 @@ def test_requeue_selected__two_of_three__ready_again_counted_and_reported(
     assert task.error_history.count() == 1  # the history stays
 
 
+def test_discard_selected__dead_to_cancelled__counted_never_claimed(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    a, b, c = dead(3)
+    before = queue.totals()
+
+    response = admin_client.post(
+        DLQ, {"action": "discard_selected", "index": 0, "_selected_action": [a, b]}
+    )
+
+    assert _states([a, b, c]) == {a: State.CANCELLED, b: State.CANCELLED, c: State.DEAD}
+    assert _messages(response) == ["2 tasks discarded."]
+    after = queue.totals()
+    assert after["cancelled"] - before["cancelled"] == 2
+    assert after["requeued"] == before["requeued"]
+    assert queue.claim(None, 30_000, limit=10) == []
+
+
+def test_requeue_selected__some_no_longer_dead__says_so(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    a, b = dead(2)
+    queue.requeue(a)  # elsewhere, after the page was shown
+
+    response = admin_client.post(
+        DLQ, {"action": "requeue_selected", "index": 0, "_selected_action": [a, b]}
+    )
+
+    assert _messages(response) == ["1 task requeued. 1 selected was no longer dead."]
+
+
 def test_requeue_all_matching__queue_filter__only_that_queue_and_no_selection_needed(
     admin_client: Client, dead: Callable[..., list[int]]
 ) -> None:

@@ -182,3 +182,19 @@ def test_browser__requeue_from_dlq__claimed_again__dashboard_follows_stats(
         top.click()
         expect(rows).to_have_count(4)
         expect(page.locator("#result_list")).to_contain_text("payment gateway")
+
+        # Two of them discarded: the confirmation first (declined: nothing moves), then for good.
+        cancelled = _stats_numbers(base)["total:cancelled"]
+        rows.nth(0).locator("input.action-select").check()
+        rows.nth(1).locator("input.action-select").check()
+        page.select_option("select[name=action] >> nth=0", "discard_selected")
+        page.once("dialog", lambda dialog: dialog.dismiss())
+        page.click("button[name=index] >> nth=0")
+        expect(rows).to_have_count(4)
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("button[name=index] >> nth=0")
+        expect(page.locator(".messagelist")).to_contain_text("2 tasks discarded.")
+        expect(rows).to_have_count(2)
+        numbers = _stats_numbers(base)
+        assert numbers["total:cancelled"] - cancelled == 2
+        assert numbers["gauge:dead"] == 8
