@@ -304,7 +304,12 @@ LOGGING = {
     "filters": {"reconnects": {"()": "broker.dbpool.QuietReconnects"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     # One line per failed reconnect, several a second while the database is away, is too many.
-    "loggers": {"psycopg.pool": {"filters": ["reconnects"]}},
+    # A Host not in ALLOWED_HOSTS is the client's error, answered 400: not a traceback at ERROR
+    # that any outside client can write into the log.
+    "loggers": {
+        "psycopg.pool": {"filters": ["reconnects"]},
+        "django.security.DisallowedHost": {"level": "CRITICAL"},
+    },
     # WARNING by default: a line per request and per state change costs the hot path ~0.1 ms;
     # LOG_LEVEL=INFO turns them on (make run does).
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},

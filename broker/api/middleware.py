@@ -9,6 +9,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 
 from django.conf import settings
+from django.core.exceptions import SuspiciousOperation, TooManyFieldsSent
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
@@ -54,6 +55,12 @@ class JsonErrorMiddleware:
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not is_api(request.path_info):
             return None
+        if isinstance(exc, TooManyFieldsSent):
+            # Django's cap on query parameters, met when a view reads request.GET: the client's.
+            most = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+            return json_error(400, f"Too many parameters: at most {most}.")
+        if isinstance(exc, SuspiciousOperation):
+            return json_error(400, "Bad request.")
         if isinstance(exc, DatabaseError):
             log.warning("database error answered with 503: %s", exc)
             return error_response(DatabaseUnavailable())

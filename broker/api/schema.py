@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.urls import reverse
 from drf_spectacular.extensions import OpenApiViewExtension
 from drf_spectacular.generators import SchemaGenerator
@@ -20,7 +20,7 @@ from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, NotFound
 from rest_framework.request import Request
 
 from broker.api import schema_operate as operate
@@ -141,9 +141,14 @@ class DocsView(SpectacularSwaggerView):
 
     authentication_classes = (SessionAuthentication,)
     url_name = "schema"
+    # A page: OPTIONS would render DRF's metadata through the page's template (a 500).
+    http_method_names = ["get", "head"]
 
     def handle_exception(self, exc: Exception) -> HttpResponse:
-        # Its renderer is the page's template: an error (a POST's 405) would be an HTML page.
+        # Its renderer is the page's template: an error (a POST's 405, a `?format=` it does not
+        # render: DRF's Http404) would be an HTML page.
+        if isinstance(exc, Http404):
+            exc = NotFound()
         if isinstance(exc, APIException):
             return json_error(exc.status_code, str(exc.detail))
         return super().handle_exception(exc)

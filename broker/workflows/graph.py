@@ -30,6 +30,15 @@ class Step:
     after_policy: str
 
 
+def _lone_surrogate(text: str) -> bool:
+    """JSON can carry one (`"\\ud800"`); UTF-8, and so the database, cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def checked(body: Any) -> tuple[str, list[Step]]:
     """(name, steps) of a POST /workflows body. Raises WorkflowError naming every problem."""
     if not isinstance(body, dict):
@@ -40,6 +49,8 @@ def checked(body: Any) -> tuple[str, list[Step]]:
         found["name"] = [f"Required: a string of 1 to {limits.MAX_WORKFLOW_NAME} characters."]
     elif "\x00" in name:
         found["name"] = ["Must not hold U+0000."]
+    elif not name.isascii() and _lone_surrogate(name):
+        found["name"] = ["Must not hold a lone surrogate (U+D800 to U+DFFF)."]
     raw = body.get("steps")
     if not isinstance(raw, list) or not 1 <= len(raw) <= limits.MAX_WORKFLOW_STEPS:
         found["steps"] = [f"Required: a list of 1 to {limits.MAX_WORKFLOW_STEPS} steps."]

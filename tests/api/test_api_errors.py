@@ -136,9 +136,38 @@ def test_pages__form_post_without_csrf_token__403_json() -> None:
 
 
 def test_pages__method_the_docs_do_not_serve__405_json(client) -> None:
-    response = client.post("/api/docs/", HTTP_ACCEPT="*/*")
-    assert_json_error(response, 405)
-    assert "GET" in response["Allow"]
+    for method in ("post", "options"):
+        response = getattr(client, method)("/api/docs/", HTTP_ACCEPT="*/*")
+        assert_json_error(response, 405)
+        assert "GET" in response["Allow"]
+
+
+@pytest.mark.parametrize("query", ["format=json", "format=api", "format=nope"])
+def test_pages__docs_in_a_format_they_do_not_come_in__404_json(client, query: str) -> None:
+    assert_json_error(client.get(f"/api/docs/?{query}", HTTP_ACCEPT="*/*"), 404)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/jobs?", "/jobs/next?wait_ms=0&", "/dlq?", "/stats/history?", "/workflows?", "/jobs/1/ack?"],
+)
+def test_more_query_parameters_than_django_reads__400_json(api_client, path: str) -> None:
+    query = "&".join(["a"] * 1001)
+    response = api_client.post(path + query) if "/ack" in path else api_client.get(path + query)
+    assert "1000" in assert_json_error(response, 400)["error"]
+
+
+def test_rate_of_400_digits__400_naming_it(api_client) -> None:
+    raw = '{"rate_per_s": 1' + "0" * 400 + "}"
+    response = api_client.patch("/queues/q", raw, content_type="application/json")
+    assert list(assert_json_error(response, 400)["fields"]) == ["rate_per_s"]
+
+
+def test_workflow_name_with_a_lone_surrogate__400_naming_it(api_client) -> None:
+    raw = r'{"name": "w\ud800", "steps": [{"ref": "a", "job": {"payload": 1}}]}'
+    response = api_client.post("/workflows", raw, content_type="application/json")
+    assert list(assert_json_error(response, 400)["fields"]) == ["name"]
+    assert not Task.objects.exists()
 
 
 @pytest.mark.parametrize("path", ["/", "/admin/", "/dashboard/", "/jobs"])
