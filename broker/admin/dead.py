@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.views.main import PAGE_VAR
+from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -115,7 +115,17 @@ class DeadTaskAdmin(TaskAdmin):
             and _posted_action(request) == "requeue_all_matching"
             and "requeue_all_matching" in self.get_actions(request)
         ):
-            self.requeue_all_matching(request)
+            if ERROR_FLAG in request.GET:
+                # Django's mark of a filter it could not read (it then lists every dead task):
+                # "all matching" would requeue the whole DLQ, not what the person filtered.
+                self.message_user(
+                    request,
+                    "The filter in the address was not understood: choose it again. "
+                    "Nothing was requeued.",
+                    messages.WARNING,
+                )
+            else:
+                self.requeue_all_matching(request)
             return HttpResponseRedirect(here)
         extra = {
             "may_requeue": self.may_requeue(request),

@@ -73,7 +73,7 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # state, attempts, lease: broker.q
         (None, {"fields": (
             "id", "state", "waiting_now", "queue", "key", "type", "priority_name",
             "attempts_of_max",
-            "idempotency_key", "last_error", "waits_for", "workflow_step",
+            "idempotency_key", "last_error_shown", "waits_for", "workflow_step",
         )}),
         ("Times and lease", {"fields": (
             "created", "available", "last_update", "claimed", "lease_until", "worker",
@@ -195,6 +195,16 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # state, attempts, lease: broker.q
     @admin.display(description="result")
     def result_pretty(self, task: Task) -> str:
         return pretty_json(task.result)
+
+    @admin.display(description="last error")
+    def last_error_shown(self, task: Task) -> str:
+        # Cut as each error of the history below is: an error may be megabytes long.
+        error = task.last_error
+        if error is None:
+            return EMPTY
+        if len(error) <= ERROR_CHARS_SHOWN:
+            return error
+        return f"{error[:ERROR_CHARS_SHOWN]}\n[cut: {len(error)} characters in all]"
 
     @admin.display(description="errors")
     def error_history_pretty(self, task: Task) -> str:

@@ -128,6 +128,21 @@ def test_requeue_all_matching__queue_filter__only_that_queue_and_no_selection_ne
     assert _messages(response) == ["3 tasks requeued."]
 
 
+def test_requeue_all_matching__filter_django_could_not_read__nothing_requeued(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    ids = dead(2)
+    bad = admin_client.get(f"{DLQ}?died__year=2026")  # not a filter of this list
+    assert bad.status_code == 302 and bad["Location"].endswith("?e=1")
+
+    response = admin_client.post(
+        f"{DLQ}?e=1", {"action": "requeue_all_matching", "index": 0}, follow=True
+    )
+
+    assert set(_states(ids).values()) == {State.DEAD}
+    assert any("Nothing was requeued" in m for m in _messages(response))
+
+
 def test_requeue_all_matching__search_term__only_matching_errors(
     admin_client: Client, dead: Callable[..., list[int]]
 ) -> None:

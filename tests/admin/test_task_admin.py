@@ -297,7 +297,10 @@ def test_task_page__150_long_errors__newest_100_cut_and_said_so(
     html = response.content.decode()
     assert "The newest 100 of 150 errors." in html
     assert "old 048 " not in html and "old 049 " in html and "last: y" in html
-    assert html.count("[cut: 20000 characters in all]") == 100
+    # The history's newest 100, and the last error's own field above it.
+    assert html.count("[cut: 20000 characters in all]") == 101
+    assert html.count("y" * 16_378) == 1  # the last error: "last: " and y's, 16,384 characters
+    assert "y" * 16_379 not in html
     assert len(response.content) < 2_500_000  # 150 whole errors would be 3 MB
 
 
