@@ -27,6 +27,7 @@ from broker.api.errors import json_error
 from broker.exceptions import TaskNotFound
 from broker.models import DeadTask, Task
 from broker.states import State
+from contract.limits import parse_task_id
 
 REQUEUE_CHUNK = 1000
 
@@ -141,6 +142,16 @@ class DeadTaskAdmin(TaskAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        pk = parse_task_id(object_id)
+        if pk is not None and not DeadTask.objects.filter(pk=pk).exists():
+            # A link to the DLQ from before the task left it: its page among the tasks, not
+            # Django's "doesn't exist. Perhaps it was deleted?".
+            state = Task.objects.filter(pk=pk).values_list("state", flat=True).first()
+            if state is not None:
+                self.message_user(
+                    request, f"Task #{object_id} is no longer dead: it is {state}.", messages.INFO
+                )
+                return HttpResponseRedirect(reverse("admin:broker_task_change", args=[object_id]))
         extra = {"may_requeue": self.may_requeue(request), **(extra_context or {})}
         return super().change_view(request, object_id, form_url, extra)
 

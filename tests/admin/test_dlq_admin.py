@@ -222,6 +222,21 @@ def test_requeue_button__task_no_longer_dead__warns_and_moves_nothing(
     assert queue.totals()["requeued"] == before
 
 
+def test_dlq_link_of_a_task_requeued_since__its_task_page_saying_so(
+    admin_client: Client, dead: Callable[..., list[int]]
+) -> None:
+    (pk,) = dead(1)
+    queue.requeue(pk)
+
+    response = admin_client.get(reverse("admin:broker_deadtask_change", args=[pk]), follow=True)
+
+    assert response.redirect_chain[-1][0] == reverse("admin:broker_task_change", args=[pk])
+    assert _messages(response) == [f"Task #{pk} is no longer dead: it is ready."]
+    for bad in ("99999999999999999999999", "007", "abc"):
+        url = f"/admin/broker/deadtask/{bad}/change/"
+        assert admin_client.get(url).status_code in (302, 404)  # Django's "doesn't exist"
+
+
 @pytest.mark.parametrize("bad_id", ["abc", "99999999999999999999999"])
 def test_requeue_button__not_a_task_id__warns(admin_client: Client, bad_id: str) -> None:
     response = admin_client.post(_requeue_url(bad_id))
