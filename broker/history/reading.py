@@ -4,7 +4,7 @@ that no recording has counted yet (so every answer adds up to the totals of its 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -35,9 +35,12 @@ def points(asked: Range) -> list[dict[str, Any]]:
     """The points of the range, oldest first, one per bucket in which anything was recorded
     (the current bucket always, when the range holds it)."""
     first = bucket(asked.since, asked.step)
+    # Whole buckets at both ends: the hour that holds `until` counts all of its minutes, as
+    # it will once compacted into an hour point (a read must not change its answer then).
+    last = bucket(asked.until, asked.step) + timedelta(seconds=asked.step, microseconds=-1)
     params: dict[str, Any] = {
         "since": db_time(first),
-        "until": db_time(asked.until),
+        "until": db_time(last),
         "step": asked.step,
         "queue": asked.queue,
     }

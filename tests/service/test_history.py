@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from broker import queue
 from broker.history import recorder
 from broker.history.reading import Range, points, quantile_ms
-from broker.models import HistoryPoint
+from broker.models import HistoryClock, HistoryPoint
 from broker.queue import NewTask
 from tests.conftest import Clock
 
@@ -208,6 +208,24 @@ def test_read_hours__compacted_and_not__each_minute_counted_once(at_start) -> No
     found = read(step=3600)
     assert [(p["at"][11:16], p["acked"]) for p in found] == [("10:00", 1), ("11:00", 6)]
     assert summed(found) == totals()
+
+
+def test_read_hours__until_inside_an_hour__the_whole_hour_as_once_compacted(at_start) -> None:
+    work(n_ack=1, n_fail=0)
+    recorder.record()  # 10:00
+    at_start.advance(20 * 60_000)
+    work(n_ack=2, n_fail=0)
+    recorder.record()  # 10:20
+    at_start.advance(60 * 60_000)
+    recorder.record()  # 11:20: 10:00 compacted
+    until = START + timedelta(minutes=5)  # 10:05, inside the 10:00 hour
+    compacted = read(step=3600, since=START, until=until)
+    assert [(p["at"][11:16], p["acked"]) for p in compacted] == [("10:00", 3)]
+    # The same read before the hour was compacted: its minutes, those after `until` too.
+    HistoryPoint.objects.filter(step=3600).delete()
+    HistoryClock.objects.update(compacted_until=None)
+    not_yet = read(step=3600, since=START, until=until)
+    assert not_yet == compacted
 
 
 def test_record__after_downtime__the_gap_counts_in_the_minute_it_resumes(at_start) -> None:
