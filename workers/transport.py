@@ -15,7 +15,8 @@ from typing import Any
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import HTTPError as Urllib3Error
-from urllib3.util import Timeout, parse_url
+from urllib3.exceptions import LocationParseError
+from urllib3.util import Timeout, Url, parse_url
 
 try:  # the CA bundle requests used; without it, the system's
     import certifi
@@ -158,6 +159,17 @@ class _Lane:
         self.json_headers = {**headers, "Content-Type": "application/json"}
 
 
+def broker_url(base_url: str) -> Url:
+    """base_url as http(s)://host[:port][/prefix], parsed; raises ValueError for anything else."""
+    try:
+        url = parse_url(base_url)
+    except LocationParseError:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"broker URL must be http:// or https://host[:port]: {base_url!r}")
+    return url
+
+
 class Transport:
     """Requests to one broker, each thread on its own connection: no lock on the hot path.
 
@@ -179,9 +191,7 @@ class Transport:
 
         identity() names the calling thread (the X-Broker-Worker header), once per thread.
         """
-        url = parse_url(base_url)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"broker URL must be http:// or https://host[:port]: {base_url!r}")
+        url = broker_url(base_url)
         self._pool_class: Callable[..., HTTPConnectionPool] = (
             functools.partial(_HTTPSPool, cert_reqs="CERT_REQUIRED", ca_certs=_CA_CERTS)
             if url.scheme == "https"

@@ -180,6 +180,27 @@ def test_runworker__queue_the_broker_cannot_name__usage_error(given: str, says: 
         call_command(runworker.Command(), "--queue", given, stdout=io.StringIO())
 
 
+@pytest.mark.parametrize("command", ["runworker", "produce", "submit"])
+@pytest.mark.parametrize("broker", ["ftp://x", "localhost:8080", "http://", "http://[::1"])
+def test_commands__broker_url_not_http__usage_error_not_a_traceback(
+    command: str, broker: str
+) -> None:
+    with pytest.raises(CommandError, match="broker URL must be http:// or https://"):
+        call_command(command, "--broker", broker, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.mark.parametrize("command", ["produce", "submit"])
+def test_commands__queue_the_broker_cannot_name__usage_error(command: str) -> None:
+    with pytest.raises(CommandError, match="not a queue name"):
+        call_command(command, "--queue", "bad q", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_runworker__batch_and_prefetch__usage_error_exit_2() -> None:
+    with pytest.raises(CommandError, match="two modes") as refused:
+        call_command(runworker.Command(), "--batch", "20", "--prefetch", "10")
+    assert refused.value.returncode == 2
+
+
 @pytest.mark.parametrize(("given", "queues"), [("a,b", ["a", "b"]), (" a , a,b ", ["a", "b"])])
 def test_runworker__queue_list__names_once_each(given: str, queues: list[str]) -> None:
     parser = runworker.Command().create_parser("manage.py", "runworker")

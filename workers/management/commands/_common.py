@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from django.core.management.base import BaseCommand, CommandParser
 
 from contract.limits import MAX_KEY, QUEUE_MESSAGE, QUEUE_RE
+from workers import transport
 from workers.client import DEFAULT_BROKER_URL
 from workers.wire import DEFAULT_MAX_BODY_BYTES, MAX_LEASE_MS
 
@@ -31,9 +32,27 @@ class BrokerCommand(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--broker",
-            default=default_broker_url(),
+            type=broker_url,
+            default=default_broker_url(),  # a string: argparse checks it with `type` too
             help="broker base URL (default: $BROKER_URL or %(default)s)",
         )
+
+
+def broker_url(text: str) -> str:
+    """argparse type: http(s)://host[:port][/prefix], as the client takes it; anything else is
+    a usage error, not a traceback when the client is made."""
+    try:
+        transport.broker_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def queue_name(text: str) -> str:
+    """argparse type: one queue name as the broker names queues."""
+    if not QUEUE_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not a queue name ({QUEUE_MESSAGE}): {text[:70]!r}")
+    return text
 
 
 def default_broker_url() -> str:

@@ -15,6 +15,7 @@ from workers.management.commands._common import (
     log_to_stderr,
     non_negative_int,
     positive_int,
+    queue_name,
     task_key,
 )
 
@@ -56,7 +57,9 @@ class Command(BrokerCommand):
             help="tasks per request via POST /jobs/batch, 1-1000 "
             "(default: %(default)s: POST /jobs one by one)",
         )
-        parser.add_argument("--queue", default="default", help="(default: %(default)s)")
+        parser.add_argument(
+            "--queue", type=queue_name, default="default", help="(default: %(default)s)"
+        )
         parser.add_argument(
             "--priority",
             default="normal",

@@ -90,7 +90,9 @@ class Command(BrokerCommand):
         log_to_stderr(options["verbosity"])
         batch, prefetch = options["batch"], options["prefetch"]
         if batch > 1 and prefetch:
-            raise CommandError("--batch and --prefetch are two modes: give one of them")
+            raise CommandError(
+                "--batch and --prefetch are two modes: give one of them", returncode=2
+            )
         if prefetch is None:
             prefetch = 0 if batch > 1 else DEFAULT_PREFETCH
         try:

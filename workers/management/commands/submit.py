@@ -24,6 +24,7 @@ from workers.management.commands._common import (
     api_token,
     log_to_stderr,
     positive_int,
+    queue_name,
 )
 from workers.producer import body_template
 
@@ -168,7 +169,9 @@ class Command(BrokerCommand):
             choices=PRIORITIES,
             help="(default: %(default)s)",
         )
-        parser.add_argument("--queue", default=DEFAULT_QUEUE, help="(default: %(default)s)")
+        parser.add_argument(
+            "--queue", type=queue_name, default=DEFAULT_QUEUE, help="(default: %(default)s)"
+        )
         parser.add_argument(
             "--max-attempts",
             type=positive_int,
