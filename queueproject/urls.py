@@ -38,7 +38,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> JsonResponse:
 # (key in the JSON answer, path, title, what is there): the same for people and for scripts.
 INDEX_LINKS = (
     ("dashboard", "/dashboard/", "Dashboard", "Tasks per state and queue, rates, top errors."),
-    ("admin", "/admin/", "Admin", "Every task, the dead-letter queue, requeue and cancel."),
+    ("admin", "/admin/", "Admin", "Every task, the dead-letter queue: requeue, discard, cancel."),
     ("api_docs", "/api/docs/", "API docs", "The HTTP API in Swagger UI; try calls from there."),
     ("api_schema", "/api/schema/", "API schema", "OpenAPI 3 (YAML; ?format=json for JSON)."),
     ("metrics", "/metrics", "Metrics", "Prometheus text format."),

@@ -143,7 +143,7 @@ def requeued(pks: Sequence[int]) -> None:
     rows = list(
         Task.objects.filter(pk__in=pks, key__isnull=False)
         .order_by("pk")
-        .only("pk", "queue", "key", "children", "key_wait")
+        .only("pk", "queue", "key", "children")
     )
     if not rows:
         return
@@ -156,13 +156,7 @@ def requeued(pks: Sequence[int]) -> None:
     line = Line(
         {pair: None if tail in ours else tail for pair, tail in tails.items() if pair[0] in ordered}
     )
-    for row in rows:
-        line.join(row)
-    Task.objects.filter(pk__in=[row.pk for row in rows if row.key_wait]).update(key_wait=True)
-    for _, previous in line.waits:
-        if isinstance(previous, Task):  # an earlier row of this same requeue, saved already
-            Task.objects.filter(pk=previous.pk).update(children=F("children") + 1)
-    line.close()
+    _line_up_saved(line, rows)
 
 
 def order(queue: str) -> int:
@@ -177,16 +171,22 @@ def order(queue: str) -> int:
     # below, and one after it reads the queue as ordered.
     hold(pairs)
     rows = list(live.order_by("pk").only("pk", "queue", "key", "state", "children"))
-    line = Line(dict.fromkeys(pairs))
+    return _line_up_saved(Line(dict.fromkeys(pairs)), rows, holding=State.HANDED_OUT)
+
+
+def _line_up_saved(line: Line, rows: Sequence[Task], holding: str | None = None) -> int:
+    """Join rows already saved to `line`, in order, and write what joining them changed: their
+    key_wait, the `children` of the rows they wait for, the key_order rows and the tails. A row
+    in state `holding` holds its key without waiting. Returns how many now wait."""
     for row in rows:
-        line.join(row, wait=row.state != State.HANDED_OUT)
-    waiting = [row.pk for row, _ in line.waits]
-    Task.objects.filter(pk__in=waiting).update(key_wait=True)
+        line.join(row, wait=holding is None or row.state != holding)
+    Task.objects.filter(pk__in=[row.pk for row, _ in line.waits]).update(key_wait=True)
+    # An earlier row of these, saved already (a tail named by pk was bumped by Line itself).
     # Each task is at most one other's previous: one statement bumps them all.
     ahead = [previous.pk for _, previous in line.waits if isinstance(previous, Task)]
     Task.objects.filter(pk__in=ahead).update(children=F("children") + 1)
     line.close()
-    return len(waiting)
+    return len(line.waits)
 
 
 def unorder(queue: str) -> int:

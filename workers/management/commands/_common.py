@@ -96,10 +96,7 @@ def queue_list(text: str) -> list[str]:
     names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
     if not names:
         raise argparse.ArgumentTypeError("no queue named (leave --queue out for every queue)")
-    bad = [name for name in names if not QUEUE_RE.fullmatch(name)]
-    if bad:
-        raise argparse.ArgumentTypeError(f"not a queue name ({QUEUE_MESSAGE}): {bad[0][:70]!r}")
-    return names
+    return [queue_name(name) for name in names]
 
 
 def positive_int(text: str) -> int:
