@@ -13,6 +13,7 @@ import os
 import resource
 
 from broker.api import gunicorn_errors
+from broker.parking.deadline import timeout_from_env
 
 # Even gunicorn's own answers (request line over limit_request_line: 414, bad headers: 400/431)
 # are JSON, as API.md wants of every error.
@@ -28,6 +29,9 @@ threads = int(os.environ.get("GUNICORN_THREADS", "256"))
 # no database connection and starts no thread: the worker (or its first request) makes those.
 # A code change then needs a restart, not a HUP.
 preload_app = True
+# A stalled client's thread comes back after GUNICORN_CLIENT_TIMEOUT seconds (30; the worker
+# reads it, broker/parking/deadline.py); read here too, so a bad value stops the start at once.
+timeout_from_env()
 worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "12000"))
 # Open files a process may hold: each connection is one, plus the pool's, logs and pipes.
 OPEN_FILES = worker_connections + 1000

@@ -6,10 +6,14 @@ its wait, the poll is served again in a thread from its kept environ and body, a
 request does (the access log, keep-alive, the next request on the connection). So a node holds
 as many idle workers as it has file descriptors, while `threads` bounds only the requests being
 worked on. HTTP/2 streams are served as gthread serves them (their claims wait in the thread).
+
+A request is read with deadlines (broker.parking.deadline): a client that stalls mid-request
+gets its thread back to the pool after GUNICORN_CLIENT_TIMEOUT seconds.
 """
 
 from __future__ import annotations
 
+import errno
 import gc
 import io
 import sys
@@ -20,6 +24,7 @@ from gunicorn import util
 from gunicorn.http import wsgi
 from gunicorn.workers.gthread import ThreadWorker
 
+from broker.parking.deadline import DeadlineConn, request_timeout_answer, timeout_from_env
 from broker.parking.loop import ENVIRON_KEY, Parked, ParkedPoll, ParkingLoop, Slot
 
 # Requests queued for a thread past which polls whose wait ended wait their turn in the loop.
@@ -52,8 +57,14 @@ class _KeptBody:
         return iter(self.readline, b"")
 
 
+def _peer(conn: Any) -> str:
+    client = conn.client
+    return f"{client[0]}:{client[1]}" if isinstance(client, tuple) else str(client)
+
+
 class ParkingWorker(ThreadWorker):
     def init_process(self) -> None:
+        self.client_timeout_s = timeout_from_env()
         self.parking = ParkingLoop(resume=self._resume, drop=self._drop, busy=self._busy)
         self.parking.start()
         super().init_process()  # runs the worker's loop until it stops
@@ -90,12 +101,28 @@ class ParkingWorker(ThreadWorker):
         self.nr_conns -= 1
         conn.close()
 
+    def accept(self, listener: Any) -> None:
+        """gthread's accept, its connections read with deadlines."""
+        try:
+            client_sock, client_addr = listener.accept()
+            self.nr_conns += 1
+            client_sock.setblocking(True)
+            conn = DeadlineConn(self.cfg, client_sock, client_addr, listener.getsockname())
+            conn.timeout_s = self.client_timeout_s
+            self.enqueue_req(conn)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+
     # -- a request's thread -------------------------------------------------------------------
 
     def handle(self, conn: Any) -> Any:
         poll = getattr(conn, "broker_poll", None)
         if poll is None:
             result = super().handle(conn)
+            cut = getattr(conn, "cut", None)
+            if cut is not None:
+                self._cut(conn, cut)
         else:
             conn.broker_poll = None
             try:
@@ -111,7 +138,25 @@ class ParkingWorker(ThreadWorker):
             return  # the parking loop holds the connection now
         super().finish_request(conn, fs)
 
+    def _cut(self, conn: Any, part: str) -> None:
+        """Log a request whose head or body stopped coming in time; a head cut off gets a 408
+        (best effort: the connection closes either way; a body's was answered 400)."""
+        what = "head did not arrive whole within" if part == "head" else "body stopped for"
+        self.log.info(
+            "closed a connection from %s: its request's %s %g s",
+            _peer(conn), what, self.client_timeout_s,
+        )  # fmt: skip
+        if part != "head":
+            return
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.send(request_timeout_answer(self.client_timeout_s))
+        except OSError:
+            pass
+
     def _keepalive_after(self, conn: Any, keepalive: Any) -> Any:
+        if getattr(conn, "cut", None):
+            return False  # where the next request would start is unknown
         if isinstance(keepalive, ParkedPoll):
             # The body is read already (kept); whatever the client sent past it is drained now
             # or the connection closes after the answer.
@@ -120,12 +165,14 @@ class ParkingWorker(ThreadWorker):
         return super()._keepalive_after(conn, keepalive)
 
     def handle_request(self, req: Any, conn: Any) -> Any:
+        if getattr(conn, "reader", None) is not None:
+            conn.reader.head_read()  # the body's reads are timed one by one from here
         return self._serve(req, conn, None)
 
     def _serve_again(self, conn: Any, poll: ParkedPoll) -> Any:
         """A parked poll's next dispatch; errors as gthread's handle() treats them."""
         try:
-            conn.sock.setblocking(True)
+            conn.sock.settimeout(self.client_timeout_s)  # the answer's write, as any answer's
             keepalive = self._serve(poll.req, conn, poll)
             if isinstance(keepalive, ParkedPoll) or not keepalive:
                 return keepalive
@@ -176,9 +223,9 @@ class ParkingWorker(ThreadWorker):
                     return ParkedPoll(conn, req, environ, slot, started, park.due)
                 poll.due = park.due
                 return poll
-            if resp.status_code == 413:
-                # The body was refused unread: what is left of it would be read as the next
-                # request, so the connection closes, and the answer says so.
+            if resp.status_code == 413 or getattr(conn, "cut", None):
+                # The body was refused unread, or stopped coming: what is left of it would be
+                # read as the next request, so the connection closes, and the answer says so.
                 resp.force_close()
             try:
                 if isinstance(respiter, environ["wsgi.file_wrapper"]):
@@ -194,6 +241,10 @@ class ParkingWorker(ThreadWorker):
             if resp.should_close():
                 self.log.debug("Closing connection.")
                 return False
+        except TimeoutError:
+            # The client took nothing of the answer for client_timeout_s: not an error of ours.
+            self.log.info("closed a connection from %s: it did not read its answer", _peer(conn))
+            return False
         except OSError:
             util.reraise(*sys.exc_info())
         except (Exception, SystemExit):

@@ -1,0 +1,136 @@
+"""Deadlines on reading a request, so that a client that stalls mid-request gives its thread back.
+
+gunicorn's gthread waits for a request's first byte without holding a thread for long (5 s in
+the thread, then in the poller), but reads the rest blocking, with no deadline: a client that
+sent half a request and stopped held one of the process's threads until it hung up (found from
+outside: two such clients starved a node run with 2 threads). Here, as nginx's
+client_header_timeout and client_body_timeout do, a request's head must be whole within
+`timeout_s` of the thread starting to read it, and each read of its body must bring something
+within `timeout_s`. A head cut off is answered 408; a body cut off reads as ended early, which
+the API answers as a body cut short (400). Either way the connection closes after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from gunicorn.workers.gthread import TConn
+
+# GUNICORN_CLIENT_TIMEOUT, seconds; parked long-polls hold no thread and are not affected.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def timeout_from_env() -> float:
+    """GUNICORN_CLIENT_TIMEOUT as seconds (ValueError names the variable when it is not > 0)."""
+    raw = os.environ.get("GUNICORN_CLIENT_TIMEOUT", "")
+    try:
+        value = float(raw) if raw.strip() else DEFAULT_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f"GUNICORN_CLIENT_TIMEOUT must be a number of seconds above 0, not {raw!r}"
+        )
+    return value
+
+
+class DeadlineSocket:
+    """The socket as gunicorn's parser reads it (recv), with the deadlines above.
+
+    The socket's own timeout does the waiting, and is changed only when a deadline needs it: a
+    request costs one more system call than gthread's (setting it at the start), since a head
+    usually arrives whole in its first read. Between reads it stays near timeout_s, so writing
+    an answer to a client that reads nothing does not hold the thread for ever either.
+    """
+
+    def __init__(self, sock: Any, timeout_s: float) -> None:
+        self._sock = sock
+        self.timeout_s = timeout_s
+        self._slack = timeout_s / 100  # how late a deadline may be, to spare a system call
+        self._set = timeout_s  # the socket's timeout, as this sets it
+        self._head_until: float | None = None
+        # A timeout gunicorn sets around its own bounded reads (the drain of an unread body).
+        self._asked: float | None = None
+        self.cut: str | None = None  # "head" or "body" once a read ran out of time
+
+    def start_request(self) -> None:
+        """The next read starts a request's head (call with the socket blocking)."""
+        self._set_timeout(self.timeout_s)
+        self._head_until = time.monotonic() + self.timeout_s
+        self.cut = None
+
+    def head_read(self) -> None:
+        """The head is in: reads of the body are timed one by one."""
+        self._head_until = None
+        if self._set < self.timeout_s - self._slack:
+            self._set_timeout(self.timeout_s)
+
+    def recv(self, size: int) -> bytes:
+        data: bytes
+        if self._asked is not None:
+            data = self._sock.recv(size)  # under gunicorn's own deadline: it handles it
+            return data
+        part = "body"
+        if self._head_until is not None:
+            part, wait = "head", self._head_until - time.monotonic()
+            if wait <= 0:
+                return self._cut(part)
+            if wait < self._set - self._slack:
+                self._set_timeout(wait)
+        try:
+            data = self._sock.recv(size)
+        except TimeoutError:
+            return self._cut(part)
+        return data
+
+    def gettimeout(self) -> float | None:
+        return self._asked
+
+    def settimeout(self, value: float | None) -> None:
+        self._asked = value
+        self._sock.settimeout(self._set if value is None else value)
+
+    def _set_timeout(self, value: float) -> None:
+        self._sock.settimeout(value)
+        self._set = value
+
+    def _cut(self, part: str) -> bytes:
+        # As if the client had hung up: gunicorn's parser and the views already treat a request
+        # that ends early (a head: closed unanswered; a body: shorter than its Content-Length).
+        self.cut = part
+        return b""
+
+
+class DeadlineConn(TConn):
+    """gthread's connection, its HTTP/1 requests read through a DeadlineSocket."""
+
+    timeout_s = DEFAULT_TIMEOUT_S
+    reader: DeadlineSocket | None = None
+
+    def init(self) -> None:
+        # gthread calls init() each time a thread takes the connection up, before each request.
+        super().init()
+        if self.reader is None:
+            unreader = getattr(self.parser, "unreader", None)
+            if self.is_http2 or unreader is None or not hasattr(unreader, "sock"):
+                return  # HTTP/2 reads its frames its own way: served as gthread serves it
+            self.reader = unreader.sock = DeadlineSocket(unreader.sock, self.timeout_s)
+        self.reader.start_request()  # gthread set the socket blocking, without a deadline
+
+    @property
+    def cut(self) -> str | None:
+        return None if self.reader is None else self.reader.cut
+
+
+def request_timeout_answer(timeout_s: float) -> bytes:
+    """A 408 in JSON, as API.md wants every error, for a client whose head never came whole."""
+    message = f"The request did not arrive whole within {timeout_s:g} s; the connection is closed."
+    body = json.dumps({"error": message}).encode()
+    head = (
+        "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
