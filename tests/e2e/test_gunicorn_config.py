@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from tests.procs import VENV_BIN, gunicorn, gunicorn_processes, http
+from tests.procs import VENV_BIN, gunicorn, gunicorn_processes, http, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -51,6 +51,9 @@ def test_control_socket__off_unless_a_path_is_given(db_url: str, tmp_path: Path)
 
     path = tmp_path / "broker.ctl"
     with gunicorn(db_url, tmp_path, "ctl", HOME=str(home), GUNICORN_CONTROL_SOCKET=str(path)):
+        # The master binds it from a thread of its own once the workers are forked, which may
+        # be after a worker answered the health check.
+        wait_until(path.exists, 10, 0.05, "the control socket")
         shown = subprocess.run(
             [str(VENV_BIN / "gunicornc"), "-s", str(path), "-c", "show workers"],
             capture_output=True,
