@@ -222,26 +222,47 @@ SQL
 }
 
 # Every process of a node: its pg_autoctl session (supervisor, keeper, postgres controller) and
-# the postmaster's children, which PostgreSQL puts in sessions of their own.
+# the postmaster's children, which PostgreSQL puts in sessions of their own; not zombies.
 node_pids() {
-  local dir="$HA_DIR/$1" postmaster="" sid="" pidfile
-  [ -f "$dir/postmaster.pid" ] && postmaster="$(head -1 "$dir/postmaster.pid")"
+  pids_of "$1" "$(node_sid "$1")"
+}
+
+node_sid() {  # the session of the node's pg_autoctl, or -1
+  local dir="$HA_DIR/$1" sid="" pidfile
   for pidfile in "$HA_DIR"/run/pg_autoctl"$dir"/pg_autoctl.pid; do
     [ -f "$pidfile" ] && sid="$(ps -o sid= -p "$(head -1 "$pidfile")" 2>/dev/null | tr -d ' ')"
   done
-  ps -eo pid=,ppid=,sid= | awk -v s="${sid:--1}" -v p="${postmaster:--1}" \
-    '($3 == s && s != -1) || ($2 == p || $1 == p) && p != -1 {print $1}'
+  echo "${sid:--1}"
+}
+
+pids_of() {  # pids_of NODE SID
+  local dir="$HA_DIR/$1" postmaster=""
+  [ -f "$dir/postmaster.pid" ] && postmaster="$(head -1 "$dir/postmaster.pid")"
+  ps -eo pid=,ppid=,sid=,stat= | awk -v s="$2" -v p="${postmaster:--1}" \
+    '$4 !~ /^Z/ && ((s != -1 && $3 == s) || (p != -1 && ($2 == p || $1 == p))) {print $1}'
 }
 
 cmd_kill() {
   local node=${1:?kill NODE}
   [ -d "$HA_DIR/$node" ] || die "no node $node in $HA_DIR"
-  local pids
-  pids="$(node_pids "$node" | tr '\n' ' ')"
+  local sid pids tries=0
+  sid="$(node_sid "$node")"
+  pids="$(pids_of "$node" "$sid" | tr '\n' ' ')"
   [ -n "${pids// }" ] || die "$node is not running"
-  # shellcheck disable=SC2086
-  kill -9 $pids
-  echo "formation: killed $node (pids $pids)" >&2
+  # pg_autoctl's session as one process group first: killed one pid after another, its
+  # supervisor outlived its children long enough to start them again, PostgreSQL with them, and
+  # the node was back at once (seen in CI). Then whatever is left (the postmaster, in a session
+  # of its own, and its children), again until nothing is.
+  [ "$sid" = -1 ] || kill -9 -- "-$sid" 2>/dev/null || true
+  while [ -n "${pids// }" ]; do
+    # shellcheck disable=SC2086
+    kill -9 $pids 2>/dev/null || true
+    tries=$((tries + 1))
+    [ "$tries" -le 250 ] || die "$node still has processes after 250 kills: $pids"
+    sleep 0.02
+    pids="$(pids_of "$node" "$sid" | tr '\n' ' ')"
+  done
+  echo "formation: killed $node" >&2
 }
 
 cmd_start() {
