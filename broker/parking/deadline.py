@@ -41,8 +41,9 @@ class DeadlineSocket:
     """The socket as gunicorn's parser reads it (recv), with the deadlines above.
 
     The socket's own timeout does the waiting, and is changed only when a deadline needs it: a
-    request costs one more system call than gthread's (setting it at the start), since a head
-    usually arrives whole in its first read. Between reads it stays near timeout_s, so writing
+    request costs one more system call than gthread's (setting it at the start, since a head
+    usually arrives whole in its first read), and a poll before each read and write, as any
+    socket with a timeout (about 1 µs each). Between reads it stays near timeout_s, so writing
     an answer to a client that reads nothing does not hold the thread for ever either.
     """
 
