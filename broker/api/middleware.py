@@ -98,6 +98,28 @@ class BodyLimitMiddleware:
         return self.get_response(request)
 
 
+class WholeBodyMiddleware:
+    """400 for a page's request (admin, dashboard) whose body ended before its Content-Length.
+
+    Django parses a form from whatever arrived: an admin login cut short after its password
+    (a client that stalled past GUNICORN_CLIENT_TIMEOUT, or hung up) logged the user in. The
+    API's views check this themselves (broker.api.parsing.read_json, the SQS endpoint).
+    """
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if is_api(request.path_info):  # in the pages' stack only in tests (Django's client)
+            return self.get_response(request)
+        length = whole_number(request.META.get("CONTENT_LENGTH") or "")
+        if length and len(request.body) < length:
+            return json_error(
+                400, "The body ended before its Content-Length: the request was cut short."
+            )
+        return self.get_response(request)
+
+
 def _token_ok(request: HttpRequest, tokens: list[str]) -> bool:
     header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, given = header.partition(" ")

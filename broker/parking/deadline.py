@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from typing import Any
 
@@ -110,6 +111,7 @@ class DeadlineConn(TConn):
 
     timeout_s = DEFAULT_TIMEOUT_S
     reader: DeadlineSocket | None = None
+    answered = False  # whether the request being read got its answer's head
 
     def init(self) -> None:
         # gthread calls init() each time a thread takes the connection up, before each request.
@@ -120,18 +122,43 @@ class DeadlineConn(TConn):
                 return  # HTTP/2 reads its frames its own way: served as gthread serves it
             self.reader = unreader.sock = DeadlineSocket(unreader.sock, self.timeout_s)
         self.reader.start_request()  # gthread set the socket blocking, without a deadline
+        self.answered = False
 
     @property
     def cut(self) -> str | None:
         return None if self.reader is None else self.reader.cut
 
+    def close_cut(self) -> None:
+        """Close a connection whose request was cut off, without gthread's graceful close,
+        which waits up to 2 s for the client to close its end on the worker's main loop (a
+        stalled client does not): the answer's FIN sent, what the client sent drained (so that
+        the close sends no RST ahead of the answer), closed."""
+        sock = self.sock
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            sock.setblocking(False)
+            for _ in range(16):  # at most 64 KiB
+                if not sock.recv(4096):
+                    break
+        except OSError:  # nothing more to drain (BlockingIOError), or the client is gone
+            pass
+        finally:
+            sock.close()
 
-def request_timeout_answer(timeout_s: float) -> bytes:
-    """A 408 in JSON, as API.md wants every error, for a client whose head never came whole."""
-    message = f"The request did not arrive whole within {timeout_s:g} s; the connection is closed."
-    body = json.dumps({"error": message}).encode()
+
+def cut_answer(part: str, timeout_s: float) -> bytes:
+    """The answer, in JSON as API.md wants every error, to a request cut off before any view
+    answered it: its head (408), or a body read before the views (a chunked one: 400, as the
+    views answer a body cut short)."""
+    if part == "head":
+        status = "408 Request Timeout"
+        message = f"The request did not arrive whole within {timeout_s:g} s"
+    else:
+        status = "400 Bad Request"
+        message = f"The body stopped arriving for {timeout_s:g} s: the request was cut short"
+    body = json.dumps({"error": f"{message}; the connection is closed."}).encode()
     head = (
-        "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body

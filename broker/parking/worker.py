@@ -24,7 +24,7 @@ from gunicorn import util
 from gunicorn.http import wsgi
 from gunicorn.workers.gthread import ThreadWorker
 
-from broker.parking.deadline import DeadlineConn, request_timeout_answer, timeout_from_env
+from broker.parking.deadline import DeadlineConn, cut_answer, timeout_from_env
 from broker.parking.loop import ENVIRON_KEY, Parked, ParkedPoll, ParkingLoop, Slot
 
 # Requests queued for a thread past which polls whose wait ended wait their turn in the loop.
@@ -136,21 +136,26 @@ class ParkingWorker(ThreadWorker):
     def finish_request(self, conn: Any, fs: Any) -> None:
         if not fs.cancelled() and fs.exception() is None and isinstance(fs.result(), ParkedPoll):
             return  # the parking loop holds the connection now
+        if getattr(conn, "cut", None):
+            self.nr_conns -= 1
+            conn.close_cut()
+            return
         super().finish_request(conn, fs)
 
     def _cut(self, conn: Any, part: str) -> None:
-        """Log a request whose head or body stopped coming in time; a head cut off gets a 408
-        (best effort: the connection closes either way; a body's was answered 400)."""
+        """Log a request whose head or body stopped coming in time, and answer it when no view
+        did (a head: 408; a chunked body, read before the views: 400), best effort: the
+        connection closes either way."""
         what = "head did not arrive whole within" if part == "head" else "body stopped for"
         self.log.info(
             "closed a connection from %s: its request's %s %g s",
             _peer(conn), what, self.client_timeout_s,
         )  # fmt: skip
-        if part != "head":
+        if conn.answered:
             return
         try:
             conn.sock.setblocking(False)
-            conn.sock.send(request_timeout_answer(self.client_timeout_s))
+            conn.sock.send(cut_answer(part, self.client_timeout_s))
         except OSError:
             pass
 
@@ -235,6 +240,7 @@ class ParkingWorker(ThreadWorker):
                         resp.write(item)
                 resp.close()
             finally:
+                conn.answered = resp.headers_sent
                 self.log.access(resp, req, environ, datetime.now() - started)
                 if hasattr(respiter, "close"):
                     respiter.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -93,6 +94,61 @@ def test_stalled_heads_and_bodies__threads_freed__each_answered_and_closed(
             assert status == 400  # what arrived parses, but it is not what was sent
             assert "cut short" in answer["error"]
     assert not Task.objects.exists()
+
+
+def test_chunked_body_stalled__400_json_and_closed(broker: str, db_url: str) -> None:
+    # A chunked body is read whole before any view runs (broker.api.wsgi.buffer_chunked).
+    with socket.create_connection(_address(broker), timeout=15) as s:
+        s.sendall(b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n13\r\n{\"pay")  # fmt: skip
+        status, headers, answer = _answer(s)
+    assert (status, headers["connection"]) == (400, "close")
+    assert answer["error"].startswith(
+        "The body stopped arriving for 1 s: the request was cut short"
+    )
+    assert not Task.objects.exists()
+
+
+def test_admin_login_cut_short__refused__nobody_logged_in(broker: str, db_url: str) -> None:
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("stalled-admin", "admin@example.com", "a-password")
+    with socket.create_connection(_address(broker), timeout=15) as s:
+        s.sendall(b"GET /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        page = http.client.HTTPResponse(s)
+        page.begin()
+        html = page.read().decode()
+        cookie = page.getheader("Set-Cookie", "").split(";", 1)[0]
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    assert token and cookie.startswith("csrftoken="), (cookie, html[:300])
+    form = f"csrfmiddlewaretoken={token[1]}&username=stalled-admin&password=a-password&next=/admin/"
+    with socket.create_connection(_address(broker), timeout=15) as s:
+        s.sendall(
+            "POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Cookie: {cookie}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(form) + 5}\r\n\r\n{form}".encode()
+        )  # the whole form, five bytes short of what was announced, then a stall
+        status, headers, answer = _answer(s)
+    # Django parses a form from what arrived: this one logged the user in (302, a session).
+    assert status == 400, (status, answer)
+    assert "cut short" in answer["error"]
+    assert "set-cookie" not in headers
+
+
+def test_cut_client_keeps_its_end_open__the_node_goes_on_at_once(broker: str, db_url: str) -> None:
+    # gthread's graceful close waits up to 2 s for the client's end to close, on the loop that
+    # accepts and dispatches every connection of the process.
+    with socket.create_connection(_address(broker), timeout=15) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        cut = http.client.HTTPResponse(s)
+        cut.begin()
+        cut.read()
+        assert cut.status == 408
+        started = time.monotonic()
+        status, _ = call("GET", f"{broker}/healthz", timeout=15)
+        took = time.monotonic() - started
+    assert status == 200
+    assert took < 1.0, f"the health check waited {took:.2f} s behind a cut connection"
 
 
 def test_tls_head_stalled__408_over_tls(live_db_url: str, tmp_path: Path) -> None:

@@ -3,13 +3,14 @@ another, and gunicorn's own bounded reads keep theirs."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from broker.parking.deadline import DeadlineSocket, request_timeout_answer, timeout_from_env
+from broker.parking.deadline import DeadlineSocket, cut_answer, timeout_from_env
 
 
 @pytest.fixture
@@ -69,14 +70,22 @@ def test_gunicorns_own_shorter_timeout__raised_to_it(pair) -> None:
     assert ours.gettimeout() == 5  # and the socket is under the body's deadline again
 
 
-def test_408_answer__json_and_closing() -> None:
-    head, _, body = request_timeout_answer(30).partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+@pytest.mark.parametrize(
+    ("part", "status", "error"),
+    [
+        ("head", b"408 Request Timeout", "The request did not arrive whole within 30 s"),
+        (
+            "body",
+            b"400 Bad Request",
+            "The body stopped arriving for 30 s: the request was cut short",
+        ),
+    ],
+)
+def test_cut_answer__json_and_closing(part: str, status: bytes, error: str) -> None:
+    head, _, body = cut_answer(part, 30).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 " + status + b"\r\n")
     assert b"Connection: close" in head and f"Content-Length: {len(body)}".encode() in head
-    assert (
-        body
-        == b'{"error": "The request did not arrive whole within 30 s; the connection is closed."}'
-    )
+    assert json.loads(body) == {"error": f"{error}; the connection is closed."}
 
 
 @pytest.mark.parametrize(("raw", "seconds"), [(None, 30.0), ("", 30.0), ("2.5", 2.5), (" 1 ", 1.0)])
