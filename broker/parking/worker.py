@@ -16,8 +16,13 @@ from __future__ import annotations
 import errno
 import gc
 import io
+import selectors
+import socket
 import sys
+import time
+from collections import deque
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from gunicorn import util
@@ -29,6 +34,10 @@ from broker.parking.loop import ENVIRON_KEY, Parked, ParkedPoll, ParkingLoop, Sl
 
 # Requests queued for a thread past which polls whose wait ended wait their turn in the loop.
 BUSY_QUEUE = 16
+# How long a connection the server closes waits for the client to close its end (gunicorn's
+# graceful close), and how much of what the client still sends is read at a time.
+LINGER_S = 2.0
+LINGER_BYTES = 65536
 
 
 class _KeptBody:
@@ -65,6 +74,7 @@ def _peer(conn: Any) -> str:
 class ParkingWorker(ThreadWorker):
     def init_process(self) -> None:
         self.client_timeout_s = timeout_from_env()
+        self.lingering: deque[tuple[float, socket.socket]] = deque()
         self.parking = ParkingLoop(resume=self._resume, drop=self._drop, busy=self._busy)
         self.parking.start()
         super().init_process()  # runs the worker's loop until it stops
@@ -140,7 +150,61 @@ class ParkingWorker(ThreadWorker):
             self.nr_conns -= 1
             conn.close_cut()
             return
+        if not fs.cancelled() and fs.exception() is None and not fs.result():
+            self.nr_conns -= 1
+            self._linger(conn.sock)
+            return
         super().finish_request(conn, fs)
+
+    # -- closing without waiting on this loop -------------------------------------------------
+
+    def _linger(self, sock: socket.socket) -> None:
+        """gthread's graceful close (RFC 9112 9.6: FIN, then read until the client closes, so
+        that the close sends no RST ahead of the answer) without waiting for the client here:
+        gthread waited up to 2 s on this loop, which accepts and dispatches every connection of
+        the process, for each client that kept its end open (found from outside)."""
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            return
+        if self._drained(sock):
+            sock.close()
+            return
+        self.poller.register(sock, selectors.EVENT_READ, partial(self._on_lingering, sock))
+        self.lingering.append((time.monotonic() + LINGER_S, sock))
+
+    def _on_lingering(self, sock: socket.socket, _fileobj: Any = None) -> None:
+        if self._drained(sock):
+            self.poller.unregister(sock)
+            sock.close()
+
+    @staticmethod
+    def _drained(sock: socket.socket) -> bool:
+        """Read what the client sent (up to LINGER_BYTES at a time); True once it closed its
+        end, sent more than that, or the socket failed: the socket may close."""
+        read = 0
+        try:
+            while read < LINGER_BYTES:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                read += len(data)
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass
+        return True
+
+    def murder_keepalived(self, force: bool = False) -> None:
+        super().murder_keepalived(force)
+        now = time.monotonic()
+        while self.lingering and (force or self.lingering[0][0] <= now):
+            _, sock = self.lingering.popleft()
+            if sock.fileno() != -1:  # not closed by _on_lingering meanwhile
+                self.poller.unregister(sock)
+                sock.close()
 
     def _cut(self, conn: Any, part: str) -> None:
         """Log a request whose head or body stopped coming in time, and answer it when no view

@@ -151,6 +151,22 @@ def test_cut_client_keeps_its_end_open__the_node_goes_on_at_once(broker: str, db
     assert took < 1.0, f"the health check waited {took:.2f} s behind a cut connection"
 
 
+def test_closed_by_the_server__client_keeps_its_end_open__the_node_goes_on_at_once(
+    broker: str, db_url: str
+) -> None:
+    # An HTTP/1.0 request: the server closes the connection after its answer, and gunicorn's
+    # graceful close waited for the client's end to close on the process's main loop.
+    with socket.create_connection(_address(broker), timeout=15) as s:
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        status, _, answer = _answer(s)  # read to the server's FIN; this end stays open
+        assert status == 200, answer
+        started = time.monotonic()
+        status, _ = call("GET", f"{broker}/healthz", timeout=15)
+        took = time.monotonic() - started
+    assert status == 200
+    assert took < 1.0, f"the health check waited {took:.2f} s behind a closing connection"
+
+
 def test_tls_head_stalled__408_over_tls(live_db_url: str, tmp_path: Path) -> None:
     env = {"WORKERS": "1", "GUNICORN_CLIENT_TIMEOUT": str(TIMEOUT_S)}
     with gunicorn(live_db_url, tmp_path, "tls", tls=self_signed_cert(tmp_path), **env) as base:
