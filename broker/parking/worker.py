@@ -8,7 +8,8 @@ as many idle workers as it has file descriptors, while `threads` bounds only the
 worked on. HTTP/2 streams are served as gthread serves them (their claims wait in the thread).
 
 A request is read with deadlines (broker.parking.deadline): a client that stalls mid-request
-gets its thread back to the pool after GUNICORN_CLIENT_TIMEOUT seconds.
+gets its thread back to the pool after GUNICORN_CLIENT_TIMEOUT seconds. A connection the server
+closes lingers in the main loop's selector for its client's FIN instead of blocking that loop.
 """
 
 from __future__ import annotations
