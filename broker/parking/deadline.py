@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from typing import Any
 
@@ -127,23 +126,6 @@ class DeadlineConn(TConn):
     @property
     def cut(self) -> str | None:
         return None if self.reader is None else self.reader.cut
-
-    def close_cut(self) -> None:
-        """Close a connection whose request was cut off, without gthread's graceful close,
-        which waits up to 2 s for the client to close its end on the worker's main loop (a
-        stalled client does not): the answer's FIN sent, what the client sent drained (so that
-        the close sends no RST ahead of the answer), closed."""
-        sock = self.sock
-        try:
-            sock.shutdown(socket.SHUT_WR)
-            sock.setblocking(False)
-            for _ in range(16):  # at most 64 KiB
-                if not sock.recv(4096):
-                    break
-        except OSError:  # nothing more to drain (BlockingIOError), or the client is gone
-            pass
-        finally:
-            sock.close()
 
 
 def cut_answer(part: str, timeout_s: float) -> bytes:

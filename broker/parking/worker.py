@@ -131,9 +131,8 @@ class ParkingWorker(ThreadWorker):
         poll = getattr(conn, "broker_poll", None)
         if poll is None:
             result = super().handle(conn)
-            cut = getattr(conn, "cut", None)
-            if cut is not None:
-                self._cut(conn, cut)
+            if conn.cut is not None:
+                self._cut(conn, conn.cut)
         else:
             conn.broker_poll = None
             try:
@@ -147,10 +146,6 @@ class ParkingWorker(ThreadWorker):
     def finish_request(self, conn: Any, fs: Any) -> None:
         if not fs.cancelled() and fs.exception() is None and isinstance(fs.result(), ParkedPoll):
             return  # the parking loop holds the connection now
-        if getattr(conn, "cut", None):
-            self.nr_conns -= 1
-            conn.close_cut()
-            return
         if not fs.cancelled() and fs.exception() is None and not fs.result():
             self.nr_conns -= 1
             self._linger(conn.sock)
@@ -163,7 +158,8 @@ class ParkingWorker(ThreadWorker):
         """gthread's graceful close (RFC 9112 9.6: FIN, then read until the client closes, so
         that the close sends no RST ahead of the answer) without waiting for the client here:
         gthread waited up to 2 s on this loop, which accepts and dispatches every connection of
-        the process, for each client that kept its end open (found from outside)."""
+        the process, for each client that kept its end open (found from outside), a stalled one
+        whose request was cut included."""
         try:
             sock.shutdown(socket.SHUT_WR)
             sock.setblocking(False)
@@ -225,7 +221,7 @@ class ParkingWorker(ThreadWorker):
             pass
 
     def _keepalive_after(self, conn: Any, keepalive: Any) -> Any:
-        if getattr(conn, "cut", None):
+        if conn.cut:
             return False  # where the next request would start is unknown
         if isinstance(keepalive, ParkedPoll):
             # The body is read already (kept); whatever the client sent past it is drained now
@@ -235,7 +231,7 @@ class ParkingWorker(ThreadWorker):
         return super()._keepalive_after(conn, keepalive)
 
     def handle_request(self, req: Any, conn: Any) -> Any:
-        if getattr(conn, "reader", None) is not None:
+        if conn.reader is not None:
             conn.reader.head_read()  # the body's reads are timed one by one from here
         return self._serve(req, conn, None)
 
@@ -293,7 +289,7 @@ class ParkingWorker(ThreadWorker):
                     return ParkedPoll(conn, req, environ, slot, started, park.due)
                 poll.due = park.due
                 return poll
-            if resp.status_code == 413 or getattr(conn, "cut", None):
+            if resp.status_code == 413 or conn.cut:
                 # The body was refused unread, or stopped coming: what is left of it would be
                 # read as the next request, so the connection closes, and the answer says so.
                 resp.force_close()
