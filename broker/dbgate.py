@@ -1,5 +1,6 @@
-"""PostgreSQL connections that wait their turn to reconnect: one real attempt per interval per
-process while the database is away (broker.dbpool.prepare makes it every pool's class)."""
+"""PostgreSQL connections that wait their turn to reconnect (one real attempt per interval per
+process while the database is away), and that renew their pool's idle connections when one of
+them is lost (broker.dbpool.prepare makes it every pool's class)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class _Gate:
 
 
 _gate = _Gate()
+_drain_lock = threading.Lock()
 
 
 class GatedConnection(psycopg.Connection):
@@ -40,6 +42,7 @@ class GatedConnection(psycopg.Connection):
     process, and the first that succeeds opens the way for all."""
 
     every_s: ClassVar[float] = 0.2
+    connected_at = -math.inf  # time.monotonic() when connected
 
     @classmethod
     def connect(cls, *args: Any, **kwargs: Any) -> Any:
@@ -53,4 +56,33 @@ class GatedConnection(psycopg.Connection):
             _gate.record(ok=False)
             raise
         _gate.record(ok=True)
+        conn.connected_at = time.monotonic()
         return conn
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().wait(*args, **kwargs)
+        except psycopg.Error:
+            if self.broken:
+                self._lost()
+            raise
+
+    def _lost(self) -> None:
+        """This connection broke: its pool's idle ones, made to the same server, are replaced
+        at once, unchecked.
+
+        They went with it when the server restarted or failed over; when its host vanished (a
+        power cut, a partition), nothing says so until each one's TCP timeout, so each would
+        hold the next request given it for 10 s (settings.BROKER_DB_TCP_OPTIONS), and a round
+        trip to check them as long each. Those in use are replaced when they come back. One
+        connection a server closed on its own (an idle timeout, a terminated backend) renews the
+        pool needlessly: a few reconnections. Connections lost together renew it once.
+        """
+        pool = getattr(self, "_pool", None)
+        if pool is None:
+            return
+        with _drain_lock:
+            if self.connected_at <= getattr(pool, "broker_drained_at", -math.inf):
+                return  # made before the last renewal, which took its idle peers
+            pool.broker_drained_at = time.monotonic()
+        pool.drain()

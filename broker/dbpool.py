@@ -20,8 +20,9 @@ def check_if_disturbed(conn: Any) -> None:
     round trip on every checkout was 23% of a gunicorn worker's samples.
 
     A disturbed connection means its server went away: the other idle ones are as stale, and the
-    pool would find them one by one, sleeping a reconnect interval after each. They are all
-    checked (and the broken ones replaced) at once instead.
+    pool would find them one by one, sleeping a reconnect interval after each. The check breaks
+    it, and a connection that breaks has its pool replace the idle ones at once
+    (broker.dbgate.GatedConnection).
     """
     from psycopg import OperationalError
     from psycopg_pool import ConnectionPool
@@ -30,13 +31,7 @@ def check_if_disturbed(conn: Any) -> None:
         raise OperationalError("connection is closed")
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     if readable:
-        try:
-            ConnectionPool.check_connection(conn)
-        except Exception:
-            pool = getattr(conn, "_pool", None)
-            if pool is not None:
-                pool.check()
-            raise
+        ConnectionPool.check_connection(conn)
 
 
 def reconnect_every(seconds: float) -> None:

@@ -220,12 +220,7 @@ class Hub:
         import psycopg
         from django.conf import settings
 
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        # LISTEN needs a session: behind a transaction-mode pooler, a direct URL of its own.
-        conninfo = getattr(settings, "BROKER_LISTEN_DATABASE_URL", "") or ""
-        if conninfo:
-            params = {}
+        conninfo, params = listen_conninfo()
         stop = self._stop
         deaf_backoff = 0.1
         lost_at = 0.0
@@ -291,6 +286,23 @@ class Hub:
             return
         queue, _, count = payload.rpartition(":")
         self.wake(queue or ANY_QUEUE, int(count) if count.isdigit() else 1)
+
+
+def listen_conninfo() -> tuple[str, dict[str, Any]]:
+    """Where the LISTEN connection goes: (conninfo, keyword parameters) for psycopg.connect."""
+    from django.conf import settings
+    from psycopg.conninfo import conninfo_to_dict
+
+    # LISTEN needs a session: behind a transaction-mode pooler, a direct URL of its own, with the
+    # same defaults as DATABASE_URL's for a server that vanishes (settings.BROKER_DB_TCP_OPTIONS).
+    conninfo = getattr(settings, "BROKER_LISTEN_DATABASE_URL", "") or ""
+    if conninfo:
+        given = conninfo_to_dict(conninfo)
+        tcp = getattr(settings, "BROKER_DB_TCP_OPTIONS", {})
+        return conninfo, {key: value for key, value in tcp.items() if key not in given}
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    return "", params
 
 
 class ListenerDeafError(RuntimeError):

@@ -129,6 +129,20 @@ WSGI_APPLICATION = "queueproject.wsgi.application"
 # (the pool and the LISTEN connection): writes resume within this of the primary being back.
 # psycopg_pool's own schedule (1, 2, 4, 8 ... s apart) left a failover 12 s longer.
 BROKER_DB_RECONNECT_MS = _whole("BROKER_DB_RECONNECT_MS", 200)
+# A PostgreSQL server that vanishes (a power cut, a network partition: no FIN, no RST) held each
+# connection to it until the kernel's retransmissions gave up, about 15 minutes, and with them
+# every request on one, the pool's reconnects and the wake-up listener: a failover of that kind
+# stopped the node's writes for as long. So, unless DATABASE_URL names them, a connection is given
+# up after 10 s of what it sent going unacknowledged (connecting included), and one that only
+# waits to read (the listener, a long query) probes its server after 5 s of silence. A live
+# server's kernel acknowledges and answers probes however busy the server is.
+BROKER_DB_TCP_OPTIONS = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
@@ -142,6 +156,8 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 elif _db["ENGINE"] == "django.db.backends.postgresql":
+    for _option, _value in BROKER_DB_TCP_OPTIONS.items():
+        _db.setdefault("OPTIONS", {}).setdefault(_option, _value)
     # A pool, not one persistent connection per thread: gunicorn runs hundreds of threads for
     # parked long-polls, and a parked request gives its connection back while it waits.
     _db["CONN_MAX_AGE"] = 0

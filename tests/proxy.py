@@ -13,9 +13,9 @@ class Proxy:
     """Forwards 127.0.0.1:<port> to (host, port). While down, every connection through it is
     closed and new ones are accepted and closed at once (a server that went away)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, bind: str = "127.0.0.1", bind_port: int = 0) -> None:
         self.target = (host, port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server((bind, bind_port))
         self.port = self._listener.getsockname()[1]
         self._up = threading.Event()
         self._up.set()
@@ -91,3 +91,15 @@ def proxy_to(host: str, port: int) -> Iterator[Proxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+if __name__ == "__main__":  # tests/proxy.py LISTEN_HOST:PORT TARGET_HOST:PORT (in another netns)
+    import sys
+    import time
+
+    (bind, _, bind_port), (to, _, to_port) = (arg.rpartition(":") for arg in sys.argv[1:3])
+    Proxy(to, int(to_port), bind, int(bind_port))
+    sys.stdout.write("listening\n")
+    sys.stdout.flush()
+    while True:
+        time.sleep(3600)

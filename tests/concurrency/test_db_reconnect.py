@@ -1,6 +1,6 @@
 """The pool after its server dropped every connection (a restart, a failover): the first checkout
-finds one stale connection and has the pool drop all of them, instead of finding them one by
-one with a reconnect interval's pause after each."""
+finds one stale connection, which has the pool replace all of them, instead of finding them one
+by one with a reconnect interval's pause after each."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from django.db import connection
 from psycopg_pool import ConnectionPool
 
 from broker import dbpool
+from broker.dbgate import GatedConnection
+from tests.procs import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.serial]  # a latency bound
 STALE = 6
@@ -26,8 +28,9 @@ def test_pool__every_connection_dropped__first_checkout_pays_one_interval_not_si
     params = {"host": s["HOST"] or "127.0.0.1", "port": s["PORT"] or 5432, "user": s["USER"],
               "dbname": s["NAME"], "application_name": tag}  # fmt: skip
     dbpool.reconnect_every(0.2)
-    pool = ConnectionPool(kwargs=params, min_size=STALE, max_size=STALE,
-                          check=dbpool.check_if_disturbed, open=True)  # fmt: skip
+    pool = ConnectionPool(kwargs=params, min_size=STALE, max_size=STALE, open=True,
+                          connection_class=GatedConnection,
+                          check=dbpool.check_if_disturbed)  # fmt: skip
     try:
         pool.wait(10)
         with psycopg.connect(**{**params, "application_name": "killer"}, autocommit=True) as c:
@@ -43,3 +46,45 @@ def test_pool__every_connection_dropped__first_checkout_pays_one_interval_not_si
     # One stale connection found, a pause of one interval (0.2 s), then a fresh connection;
     # finding the six one by one would pause 6 x 0.2 s.
     assert took < 0.6, took
+
+
+def _backends(params: dict[str, object], tag: str) -> set[int]:
+    with psycopg.connect(**{**params, "application_name": "looker"}, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", [tag]
+        ).fetchall()
+    return {pid for (pid,) in rows}
+
+
+def test_pool__a_connection_breaks_in_use__its_idle_peers_replaced_unchecked_once(
+    transactional_db: None,
+) -> None:
+    # A vanished host's idle connections look healthy until each one's TCP timeout: nothing but
+    # the loss of one of them says they are gone, so the pool must not wait to find them.
+    s = connection.settings_dict
+    tag = f"ha_renew_{uuid.uuid4().hex[:8]}"
+    params = {"host": s["HOST"] or "127.0.0.1", "port": s["PORT"] or 5432, "user": s["USER"],
+              "dbname": s["NAME"], "application_name": tag}  # fmt: skip
+    dbpool.reconnect_every(0.2)
+    pool = ConnectionPool(kwargs=params, min_size=4, max_size=4, open=True,
+                          connection_class=GatedConnection,
+                          check=dbpool.check_if_disturbed)  # fmt: skip
+    try:
+        pool.wait(10)
+        with pool.connection() as conn:
+            mine = conn.info.backend_pid
+            idle = _backends(params, tag) - {mine}
+            assert len(idle) == 3
+            with psycopg.connect(**{**params, "application_name": "killer"}, autocommit=True) as c:
+                c.execute("SELECT pg_terminate_backend(%s)", [mine])
+            with pytest.raises(psycopg.OperationalError):
+                conn.execute("SELECT 1")
+        wait_until(lambda: len(_backends(params, tag)) == 4, 10, 0.05, "the pool refilled")
+        renewed = _backends(params, tag)
+        stats = pool.get_stats()
+    finally:
+        pool.close()
+    assert not renewed & (idle | {mine}), (renewed, idle, mine)
+    # Dropped without a round trip each (which would have hung on a vanished host), and once.
+    assert stats.get("connections_lost", 0) == 0, stats
+    assert stats["connections_num"] == 4 + 4, stats

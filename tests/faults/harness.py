@@ -39,6 +39,48 @@ class Claim(threading.Thread):
         self.answered_at = time.monotonic()
 
 
+class Enqueuers:
+    """`threads` loops of POST /jobs (queue "probe"), each answer kept: (sent, answered, status)."""
+
+    def __init__(self, base: str, threads: int) -> None:
+        self.base = base
+        self.answers: list[tuple[float, float, int]] = []
+        self.keys_answered: dict[str, int] = {}  # idempotency key -> the status it got
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> Enqueuers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            body = {"payload": {}, "queue": "probe", "idempotency_key": uuid.uuid4().hex}
+            sent = time.monotonic()
+            try:
+                status, _ = http("POST", f"{self.base}/jobs", body, timeout=30)
+            except (OSError, HTTPException):
+                status = 0
+            self.answers.append((sent, time.monotonic(), status))
+            self.keys_answered[body["idempotency_key"]] = status
+            self._stop.wait(0.02)
+
+    def first_write_after(self, at: float) -> float | None:
+        done = [answered for _, answered, status in self.answers if status == 201 and answered > at]
+        return min(done, default=None)
+
+    def first_write_sent_after(self, at: float) -> float | None:
+        """When the first request sent after `at` that got a 201 was answered."""
+        done = [answered for sent, answered, status in self.answers if status == 201 and sent > at]
+        return min(done, default=None)
+
+
 class Broker:
     """gunicorn (gunicorn.conf.py) that can be killed and started again on the same port."""
 

@@ -5,17 +5,14 @@ the database, and parked claims wait the outage out quietly."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import uuid
 from contextlib import ExitStack
-from http.client import HTTPException
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
-from tests.faults.harness import Broker, Claim
+from tests.faults.harness import Broker, Claim, Enqueuers
 from tests.procs import http, running, sweeper, wait_until
 from tests.proxy import proxy_to
 
@@ -37,41 +34,6 @@ def _held(base: str, queue: str) -> tuple[str, str]:
 def _state(base: str, task_id: str) -> str | None:
     status, task = http("GET", f"{base}/jobs/{task_id}")
     return task["state"] if status == 200 else None
-
-
-class Enqueuers:
-    """`threads` loops of POST /jobs (queue "probe"), each answer kept: (sent, answered, status)."""
-
-    def __init__(self, base: str, threads: int) -> None:
-        self.base = base
-        self.answers: list[tuple[float, float, int]] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
-
-    def __enter__(self) -> Enqueuers:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            body = {"payload": {}, "queue": "probe", "idempotency_key": uuid.uuid4().hex}
-            sent = time.monotonic()
-            try:
-                status, _ = http("POST", f"{self.base}/jobs", body, timeout=30)
-            except (OSError, HTTPException):
-                status = 0
-            self.answers.append((sent, time.monotonic(), status))
-            self._stop.wait(0.02)
-
-    def first_write_after(self, at: float) -> float | None:
-        done = [answered for _, answered, status in self.answers if status == 201 and answered > at]
-        return min(done, default=None)
 
 
 def test_database_outage__every_process_back_within_1s__parked_claims_wait_quietly(

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 
 import psycopg
 import pytest
 
 from broker import dbgate, dbpool
-from tests.procs import free_port
+from tests.procs import free_port, python
 
 
 @pytest.fixture
@@ -86,3 +88,43 @@ def test_prepare__every_postgres_pool_gets_the_gate_and_the_schedule_before_conn
     assert databases["sqlite"]["OPTIONS"] == {}
     assert (AttemptWithBackoff.INITIAL_DELAY, AttemptWithBackoff.DELAY_BACKOFF) == (0.3, 1.0)
     assert dbgate.GatedConnection.every_s == 0.3
+
+
+TCP = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+       "tcp_user_timeout")  # fmt: skip
+
+
+def _options(database_url: str) -> dict[str, object]:
+    code = (
+        "import json; from django.conf import settings as s;"
+        "o = s.DATABASES['default']['OPTIONS'];"
+        f"print(json.dumps({{k: o.get(k) for k in {TCP!r}}}))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "queueproject.settings",
+           "DATABASE_URL": database_url}  # fmt: skip
+    return json.loads(python(code, env).stdout)
+
+
+def test_settings__postgres__a_vanished_server_given_up_in_seconds_unless_the_url_says() -> None:
+    assert _options("postgres://u@db.example:5432/broker") == {
+        "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+        "tcp_user_timeout": 10_000,
+    }  # fmt: skip
+    named = _options("postgres://u@db.example/broker?tcp_user_timeout=30000&keepalives=0")
+    assert (named["tcp_user_timeout"], named["keepalives"]) == (30_000, 0)
+    assert named["keepalives_idle"] == 5
+
+
+def test_listen_conninfo__own_url__the_same_defaults_for_what_it_does_not_name(
+    settings: object,
+) -> None:
+    from broker.wakeup import listen_conninfo
+
+    url = "postgresql://u@h1:5432,h2:5432/broker?target_session_attrs=read-write&keepalives_idle=9"
+    settings.BROKER_LISTEN_DATABASE_URL = url  # type: ignore[attr-defined]
+    conninfo, params = listen_conninfo()
+    assert conninfo == url
+    assert params == {
+        "keepalives": 1, "keepalives_interval": 2, "keepalives_count": 3,
+        "tcp_user_timeout": 10_000,
+    }  # fmt: skip

@@ -1,0 +1,88 @@
+"""The primary's host vanishes (a power cut, a network partition): no FIN, no RST, its packets
+just stop. A multi-host DATABASE_URL names a second server (here the same PostgreSQL, as a
+promoted standby would be). The broker's connections to the vanished host must be given up in
+seconds, not after the kernel's TCP retransmission timeout (15 minutes), or a failover of that
+kind stops every write of the node for that long."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests.faults.harness import Broker, Claim, Enqueuers
+from tests.faults.vanishing import VanishingHost, can_vanish
+from tests.procs import http, needs, wait_until
+
+# serial: latency bounds
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow, pytest.mark.serial]
+log = logging.getLogger(__name__)
+# What the broker's defaults allow for noticing a dead host (10 s without an acknowledgement,
+# tcp_user_timeout; keepalives for connections that wait to read), then one connect_timeout (2 s)
+# on the vanished host before the next: writes are back well within this.
+WRITES_BACK_S = 20
+
+
+def test_primary_host_vanishes__writes_back_on_the_next_host_in_seconds__nothing_lost(
+    db_url: str, tmp_path: Path
+) -> None:
+    reason = can_vanish()
+    needs(reason is None, reason or "")
+    s = connection.settings_dict
+    pg_host, pg_port = s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)
+    with VanishingHost(pg_host, pg_port, tmp_path / "forwarder.log") as primary:
+        url = (
+            f"postgresql://{s['USER']}@{primary.host}:5432,{pg_host}:{pg_port}/{s['NAME']}"
+            "?target_session_attrs=read-write&connect_timeout=2"
+        )
+        broker = Broker(url, tmp_path, workers=2, BROKER_DB_POOL_TIMEOUT="2")
+        broker.start()
+        try:
+            base = broker.base
+            woken = Claim(base, "woken", 60_000)
+            time.sleep(0.5)  # parked, the listener connected (to the first host)
+            with Enqueuers(base, threads=3) as enqueuers:
+                wait_until(lambda: enqueuers.first_write_after(0), 10, 0.02, "a first 201")
+                primary.vanish()
+                gone = time.monotonic()
+                wait_until(
+                    lambda: enqueuers.first_write_sent_after(gone), WRITES_BACK_S, 0.05,
+                    "a 201 for a request sent after the host vanished",
+                )  # fmt: skip
+                time.sleep(0.5)
+            wait_until(lambda: http("GET", f"{base}/healthz")[0] == 200, 15, 0.1, "/healthz 200")
+            # The listener found the next host too: a claim parked through it wakes at once.
+            sent = time.monotonic()
+            status, _ = http("POST", f"{base}/jobs", {"payload": {}, "queue": "woken"})
+            assert status == 201
+            woken.join(30)
+            accepted = [
+                key for key, status in enqueuers.keys_answered.items() if status in (200, 201)
+            ]
+            missing = []
+            for key in accepted:
+                status, _ = http(
+                    "POST", f"{base}/jobs",
+                    {"payload": {}, "queue": "probe", "idempotency_key": key},
+                )  # fmt: skip
+                if status != 200:  # 200: the key's task exists; 201 made it now
+                    missing.append((key, status))
+        finally:
+            broker.stop()
+
+    first_write = enqueuers.first_write_sent_after(gone)
+    assert first_write is not None
+    log.info(
+        "host vanished: first write %.1f s after, parked claim woken %.1f ms after an enqueue",
+        first_write - gone, (woken.answered_at - sent) * 1000,
+    )  # fmt: skip
+    assert woken.status == 200, woken.body
+    assert woken.answered_at - sent < 1.0, woken.answered_at - sent
+    # Every request was answered (none hung until the client's 30 s timeout): 201, or 503 JSON
+    # while the broker had no server.
+    statuses = {status for _, _, status in enqueuers.answers}
+    assert statuses <= {201, 503}, statuses
+    assert not missing, missing
