@@ -20,6 +20,14 @@ from tests.procs import VENV_BIN, Proc, child_env, free_port, http, manage, wait
 LEASE_EXPIRED = "lease expired"
 
 
+def held(base: str, queue: str) -> tuple[str, str]:
+    """A task of `queue` claimed under a 1.5 s lease: (id, lease id)."""
+    assert http("POST", f"{base}/jobs", {"payload": {}, "queue": queue})[0] == 201
+    status, got = http("GET", f"{base}/jobs/next?queue={queue}&wait_ms=0&lease_ms=1500")
+    assert status == 200, got
+    return got["task"]["id"], got["lease_id"]
+
+
 class Claim(threading.Thread):
     """One GET /jobs/next, answered (or not) in the background."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from tests.faults.harness import Broker, Claim, Enqueuers
+from tests.faults.harness import Broker, Claim, Enqueuers, held
 from tests.procs import http, running, sweeper, wait_until
 from tests.proxy import proxy_to
 
@@ -21,14 +21,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow, pytest.ma
 log = logging.getLogger(__name__)
 OUTAGE_S = 3.5
 GRACE_MS = 3000  # BROKER_OUTAGE_GRACE_MS for the test's sweeper
-
-
-def _held(base: str, queue: str) -> tuple[str, str]:
-    """A task of `queue` claimed under a 1.5 s lease: (id, lease id)."""
-    assert http("POST", f"{base}/jobs", {"payload": {}, "queue": queue})[0] == 201
-    status, got = http("GET", f"{base}/jobs/next?queue={queue}&wait_ms=0&lease_ms=1500")
-    assert status == 200, got
-    return got["task"]["id"], got["lease_id"]
 
 
 def _state(base: str, task_id: str) -> str | None:
@@ -65,7 +57,7 @@ def test_database_outage__every_process_back_within_1s__parked_claims_wait_quiet
                 "POST", f"{base}/jobs", {"payload": {}, "queue": "due", "delay_ms": 1000}
             )
             assert status == 201
-            acked, lapsed = (_held(base, queue) for queue in ("acked", "lapsed"))
+            acked, lapsed = (held(base, queue) for queue in ("acked", "lapsed"))
             proxy.down()
             time.sleep(OUTAGE_S)
             proxy.up()
