@@ -20,17 +20,25 @@ pytestmark = [pytest.mark.postgres, pytest.mark.serial]  # a latency bound
 STALE = 6
 
 
+def _pool(size: int) -> tuple[dict[str, str], ConnectionPool]:
+    """A pool of `size` built as production builds it (GatedConnection, check_if_disturbed),
+    its connections named so that pg_stat_activity tells them apart: (their parameters, pool)."""
+    s = connection.settings_dict
+    name = f"ha_pool_{uuid.uuid4().hex[:8]}"
+    params = {"host": s["HOST"] or "127.0.0.1", "port": str(s["PORT"] or 5432), "user": s["USER"],
+              "dbname": s["NAME"], "application_name": name}  # fmt: skip
+    dbpool.reconnect_every(0.2)
+    pool = ConnectionPool(kwargs=params, min_size=size, max_size=size, open=True,
+                          connection_class=GatedConnection,
+                          check=dbpool.check_if_disturbed)  # fmt: skip
+    return params, pool
+
+
 def test_pool__every_connection_dropped__first_checkout_pays_one_interval_not_six(
     transactional_db: None,
 ) -> None:
-    s = connection.settings_dict
-    tag = f"ha_reconnect_{uuid.uuid4().hex[:8]}"
-    params = {"host": s["HOST"] or "127.0.0.1", "port": s["PORT"] or 5432, "user": s["USER"],
-              "dbname": s["NAME"], "application_name": tag}  # fmt: skip
-    dbpool.reconnect_every(0.2)
-    pool = ConnectionPool(kwargs=params, min_size=STALE, max_size=STALE, open=True,
-                          connection_class=GatedConnection,
-                          check=dbpool.check_if_disturbed)  # fmt: skip
+    params, pool = _pool(STALE)
+    tag = params["application_name"]
     try:
         pool.wait(10)
         with psycopg.connect(**{**params, "application_name": "killer"}, autocommit=True) as c:
@@ -48,7 +56,7 @@ def test_pool__every_connection_dropped__first_checkout_pays_one_interval_not_si
     assert took < 0.6, took
 
 
-def _backends(params: dict[str, object], tag: str) -> set[int]:
+def _backends(params: dict[str, str], tag: str) -> set[int]:
     with psycopg.connect(**{**params, "application_name": "looker"}, autocommit=True) as c:
         rows = c.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", [tag]
@@ -61,14 +69,8 @@ def test_pool__a_connection_breaks_in_use__its_idle_peers_replaced_unchecked_onc
 ) -> None:
     # A vanished host's idle connections look healthy until each one's TCP timeout: nothing but
     # the loss of one of them says they are gone, so the pool must not wait to find them.
-    s = connection.settings_dict
-    tag = f"ha_renew_{uuid.uuid4().hex[:8]}"
-    params = {"host": s["HOST"] or "127.0.0.1", "port": s["PORT"] or 5432, "user": s["USER"],
-              "dbname": s["NAME"], "application_name": tag}  # fmt: skip
-    dbpool.reconnect_every(0.2)
-    pool = ConnectionPool(kwargs=params, min_size=4, max_size=4, open=True,
-                          connection_class=GatedConnection,
-                          check=dbpool.check_if_disturbed)  # fmt: skip
+    params, pool = _pool(4)
+    tag = params["application_name"]
     try:
         pool.wait(10)
         with pool.connection() as conn:
