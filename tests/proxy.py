@@ -10,8 +10,9 @@ from contextlib import contextmanager
 
 
 class Proxy:
-    """Forwards 127.0.0.1:<port> to (host, port). While down, every connection through it is
-    closed and new ones are accepted and closed at once (a server that went away)."""
+    """Forwards bind:<port> (127.0.0.1 unless given) to (host, port). While down, every
+    connection through it is closed and new ones are accepted and closed at once (a server that
+    went away)."""
 
     def __init__(self, host: str, port: int, bind: str = "127.0.0.1", bind_port: int = 0) -> None:
         self.target = (host, port)

@@ -38,10 +38,8 @@ class VanishingHost:
         n = os.getpid() % 16384
         self.ns = f"brokervanish{os.getpid()}"
         self._veth = (f"bv{n}a", f"bv{n}b")
-        net = f"10.213.{n >> 6}.{(n & 63) << 2}"
-        prefix = net.rpartition(".")[0]
-        last = int(net.rpartition(".")[2])
-        self._here, self.host = f"{prefix}.{last + 1}", f"{prefix}.{last + 2}"
+        # A /30 of its own, by pid: its two addresses, this end's and the host's.
+        self._here, self.host = (f"10.213.{n >> 6}.{((n & 63) << 2) + k}" for k in (1, 2))
         self._log = log
         self._proxy: Proxy | None = None
         self._forwarder: subprocess.Popen[bytes] | None = None
