@@ -33,14 +33,20 @@ def is_api(path: str) -> bool:
 
 
 class JsonErrorMiddleware:
-    """Outermost: no API answer is ever an HTML page, whatever failed and wherever."""
+    """Outermost: no error is ever an HTML page, whatever failed and wherever.
+
+    On the pages for people too (API.md: no request gets an HTML page; only a page itself is
+    HTML): their 404 and 500 handlers answer JSON, but with DEBUG on (`make run`) Django answers
+    with its technical pages instead, so `/dashboard/nope`, `/administrator` or
+    `/static/nope.js` got an HTML 404, and a page's error an HTML traceback.
+    """
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if response.status_code >= 400 and is_api(request.path_info):
+        if response.status_code >= 400:
             content_type = response.get("Content-Type", "")
             # SQS's errors are JSON too (application/x-amz-json-1.0), in SQS's own shape.
             if not content_type.startswith(("application/json", "application/x-amz-json")):

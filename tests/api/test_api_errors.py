@@ -210,3 +210,24 @@ def test_calls_that_take_no_body__a_body_they_cannot_take__400_nothing_moves(
         assert field in response.json()["fields"]
     assert api_client.get(f"/jobs/{task_id}").json()["state"] == "ready"
     assert api_client.delete(f"/jobs/{task_id}", "{}", **kept).status_code == 204
+
+
+@override_settings(DEBUG=True)  # `make run`: Django answers with its technical pages
+@pytest.mark.parametrize(
+    "path", ["/dashboard/nope", "/administrator", "/api/docs/nope", "/static/nope.js"]
+)
+def test_pages__unknown_path_with_debug_on__404_json(client, path: str) -> None:
+    assert_json_error(client.get(path, HTTP_ACCEPT="text/html"), 404)
+
+
+@override_settings(DEBUG=True)
+def test_pages__error_in_a_page_with_debug_on__500_json(client, admin_user, monkeypatch) -> None:
+    from broker.dashboard import views
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    client.force_login(admin_user)
+    monkeypatch.setattr(views, "render", broken)
+    client.raise_request_exception = False
+    assert_json_error(client.get("/dashboard/", HTTP_ACCEPT="text/html"), 500)

@@ -98,6 +98,10 @@ def test_make_run__fresh_environment__dev_broker_on_loopback_admin_styled(tmp_pa
         assert _get(f"{base}{css}")[0] == 200
         assert _get(f"{base}/stats", host=f"localhost:{port}")[0] == 200
         assert _get(f"{base}/stats", host="attacker.example")[0] == 400  # DNS rebinding
+        # DEBUG is on, and still no error is an HTML page (Django's technical 404 was).
+        for path in ("/dashboard/nope", "/static/nope.js"):
+            status, page = _get(f"{base}{path}", accept="text/html,*/*;q=0.8")
+            assert (status, json.loads(page)) == (404, {"error": "Not Found."}), page[:200]
         assert f"Listening at: http://127.0.0.1:{port}" in proc.output()
     finally:
         proc.stop()
