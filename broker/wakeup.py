@@ -298,8 +298,8 @@ def listen_conninfo() -> tuple[str, dict[str, Any]]:
     conninfo = getattr(settings, "BROKER_LISTEN_DATABASE_URL", "") or ""
     if conninfo:
         given = conninfo_to_dict(conninfo)
-        tcp = getattr(settings, "BROKER_DB_TCP_OPTIONS", {})
-        return conninfo, {key: value for key, value in tcp.items() if key not in given}
+        tcp = settings.BROKER_DB_TCP_OPTIONS.items()
+        return conninfo, {key: value for key, value in tcp if key not in given}
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
     return "", params

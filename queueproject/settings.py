@@ -156,8 +156,7 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 elif _db["ENGINE"] == "django.db.backends.postgresql":
-    for _option, _value in BROKER_DB_TCP_OPTIONS.items():
-        _db.setdefault("OPTIONS", {}).setdefault(_option, _value)
+    _db["OPTIONS"] = {**BROKER_DB_TCP_OPTIONS, **_db.get("OPTIONS", {})}  # the URL's own win
     # A pool, not one persistent connection per thread: gunicorn runs hundreds of threads for
     # parked long-polls, and a parked request gives its connection back while it waits.
     _db["CONN_MAX_AGE"] = 0

@@ -144,13 +144,15 @@ class ParkingWorker(ThreadWorker):
         return result
 
     def finish_request(self, conn: Any, fs: Any) -> None:
-        if not fs.cancelled() and fs.exception() is None and isinstance(fs.result(), ParkedPoll):
-            return  # the parking loop holds the connection now
-        if not fs.cancelled() and fs.exception() is None and not fs.result():
+        if fs.cancelled() or fs.exception() is not None:
+            super().finish_request(conn, fs)
+        elif isinstance(fs.result(), ParkedPoll):
+            pass  # the parking loop holds the connection now
+        elif not fs.result():
             self.nr_conns -= 1
             self._linger(conn.sock)
-            return
-        super().finish_request(conn, fs)
+        else:
+            super().finish_request(conn, fs)
 
     # -- closing without waiting on this loop -------------------------------------------------
 

@@ -48,12 +48,12 @@ class Claim(threading.Thread):
 
 
 class Enqueuers:
-    """`threads` loops of POST /jobs (queue "probe"), each answer kept: (sent, answered, status)."""
+    """`threads` loops of POST /jobs (queue "probe"), each answer kept: (sent, answered, status,
+    idempotency key)."""
 
     def __init__(self, base: str, threads: int) -> None:
         self.base = base
-        self.answers: list[tuple[float, float, int]] = []
-        self.keys_answered: dict[str, int] = {}  # idempotency key -> the status it got
+        self.answers: list[tuple[float, float, int, str]] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
@@ -75,17 +75,13 @@ class Enqueuers:
                 status, _ = http("POST", f"{self.base}/jobs", body, timeout=30)
             except (OSError, HTTPException):
                 status = 0
-            self.answers.append((sent, time.monotonic(), status))
-            self.keys_answered[body["idempotency_key"]] = status
+            self.answers.append((sent, time.monotonic(), status, body["idempotency_key"]))
             self._stop.wait(0.02)
 
-    def first_write_after(self, at: float) -> float | None:
-        done = [answered for _, answered, status in self.answers if status == 201 and answered > at]
-        return min(done, default=None)
-
-    def first_write_sent_after(self, at: float) -> float | None:
-        """When the first request sent after `at` that got a 201 was answered."""
-        done = [answered for sent, answered, status in self.answers if status == 201 and sent > at]
+    def first_write_after(self, at: float, *, sent: bool = False) -> float | None:
+        """When the first 201 answered after `at` came (`sent`: for a request sent after it)."""
+        done = [answered for sent_at, answered, status, _ in self.answers
+                if status == 201 and (sent_at if sent else answered) > at]  # fmt: skip
         return min(done, default=None)
 
 

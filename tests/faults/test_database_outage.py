@@ -89,7 +89,7 @@ def test_database_outage__every_process_back_within_1s__parked_claims_wait_quiet
         OUTAGE_S, (first_write - back) * 1000, (promoted.answered_at - back) * 1000,
         (woken.answered_at - sent) * 1000,
     )  # fmt: skip
-    during = {status for sent_at, _, status in enqueuers.answers if sent_at < back}
+    during = {status for sent_at, _, status, _ in enqueuers.answers if sent_at < back}
     # Writes resume within a second of the database in the broker's process (its pool), the
     # sweeper promotes the due task and the hub wakes its parked claim within a second too.
     assert first_write - back < 1.0, first_write - back

@@ -65,7 +65,7 @@ def test_primary_host_vanishes__writes_back_on_the_next_host_in_seconds__nothing
                     primary.vanish()
                     gone = time.monotonic()
                     wait_until(
-                        lambda: enqueuers.first_write_sent_after(gone), WRITES_BACK_S, 0.05,
+                        lambda: enqueuers.first_write_after(gone, sent=True), WRITES_BACK_S, 0.05,
                         "a 201 for a request sent after the host vanished",
                     )  # fmt: skip
                     # The sweeper lost the host too, and back on the next it holds the leases
@@ -81,9 +81,7 @@ def test_primary_host_vanishes__writes_back_on_the_next_host_in_seconds__nothing
                 status, _ = http("POST", f"{base}/jobs", {"payload": {}, "queue": "woken"})
                 assert status == 201
                 woken.join(30)
-                accepted = [
-                    key for key, status in enqueuers.keys_answered.items() if status in (200, 201)
-                ]
+                accepted = [key for *_, status, key in enqueuers.answers if status in (200, 201)]
                 missing = []
                 for key in accepted:
                     status, _ = http(
@@ -95,7 +93,7 @@ def test_primary_host_vanishes__writes_back_on_the_next_host_in_seconds__nothing
             finally:
                 broker.stop()
 
-    first_write = enqueuers.first_write_sent_after(gone)
+    first_write = enqueuers.first_write_after(gone, sent=True)
     assert first_write is not None
     log.info(
         "host vanished: first write %.1f s after, late ack %.1f s after, parked claim woken %.1f ms"
@@ -105,7 +103,7 @@ def test_primary_host_vanishes__writes_back_on_the_next_host_in_seconds__nothing
     assert woken.answered_at - sent < 1.0, woken.answered_at - sent
     # Every request was answered (none hung until the client's 30 s timeout): 201, or 503 JSON
     # while the broker had no server.
-    statuses = {status for _, _, status in enqueuers.answers}
+    statuses = {status for _, _, status, _ in enqueuers.answers}
     assert statuses <= {201, 503}, statuses
     assert not missing, missing
     assert ack == (204, None), ack
