@@ -3,7 +3,8 @@
 Threads (gthread), not async, so Django and DRF stay plain synchronous code; but a parked long-poll
 holds no thread: the parking worker (broker/parking/worker.py) hands its connection to one
 epoll loop per process until it is woken or its wait ends, and a thread serves it again then.
-Keep-alive connections between requests wait in gunicorn's poller, not in a thread either. So
+Keep-alive connections between requests wait in gunicorn's poller, not in a thread either
+(after at most a second in the thread that answered, for a quarter of the threads at most). So
 `threads` bounds the requests being worked on at once (2 x 256), and `worker_connections` the
 connections a process holds, parked polls included: 2 x 12 000 (docs/operations.md, "Idle
 workers"), each one a file descriptor, hence the open-file limit raised at start.
@@ -14,6 +15,7 @@ import resource
 
 from broker.api import gunicorn_errors
 from broker.parking.deadline import timeout_from_env
+from broker.parking.keepalive import hold_from_env
 
 # Even gunicorn's own answers (request line over limit_request_line: 414, bad headers: 400/431)
 # are JSON, as API.md wants of every error.
@@ -32,6 +34,9 @@ preload_app = True
 # A stalled client's thread comes back after GUNICORN_CLIENT_TIMEOUT seconds (30; the worker
 # reads it, broker/parking/deadline.py); read here too, so a bad value stops the start at once.
 timeout_from_env()
+# A thread waits up to GUNICORN_KEEPALIVE_HOLD seconds (1; 0: off) for its keep-alive
+# connection's next request before handing it to gunicorn's loop (broker/parking/keepalive.py).
+hold_from_env()
 worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "12000"))
 # Open files a process may hold: each connection is one, plus the pool's, logs and pipes.
 OPEN_FILES = worker_connections + 1000

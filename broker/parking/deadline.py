@@ -25,15 +25,20 @@ DEFAULT_TIMEOUT_S = 30.0
 
 def timeout_from_env() -> float:
     """GUNICORN_CLIENT_TIMEOUT as seconds (ValueError names the variable when it is not > 0)."""
-    raw = os.environ.get("GUNICORN_CLIENT_TIMEOUT", "")
+    return seconds_from_env("GUNICORN_CLIENT_TIMEOUT", DEFAULT_TIMEOUT_S)
+
+
+def seconds_from_env(name: str, default: float, *, zero_is_off: bool = False) -> float:
+    """The environment variable `name` as a finite number of seconds above 0 (or from 0, when
+    0 turns its feature off), `default` when unset or blank; ValueError names the variable."""
+    raw = os.environ.get(name, "")
     try:
-        value = float(raw) if raw.strip() else DEFAULT_TIMEOUT_S
+        value = float(raw) if raw.strip() else default
     except ValueError:
         value = -1.0
-    if not 0 < value < float("inf"):
-        raise ValueError(
-            f"GUNICORN_CLIENT_TIMEOUT must be a number of seconds above 0, not {raw!r}"
-        )
+    if not (0 <= value if zero_is_off else 0 < value) or value == float("inf"):
+        bound = "from 0 (0: off)" if zero_is_off else "above 0"
+        raise ValueError(f"{name} must be a number of seconds {bound}, not {raw!r}")
     return value
 
 

@@ -10,6 +10,8 @@ worked on. HTTP/2 streams are served as gthread serves them (their claims wait i
 A request is read with deadlines (broker.parking.deadline): a client that stalls mid-request
 gets its thread back to the pool after GUNICORN_CLIENT_TIMEOUT seconds. A connection the server
 closes lingers in the main loop's selector for its client's FIN instead of blocking that loop.
+A kept-alive connection's next request, when it comes within GUNICORN_KEEPALIVE_HOLD, is served
+by the thread that answered the last one (broker.parking.keepalive), not through that loop.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gunicorn.http import wsgi
 from gunicorn.workers.gthread import ThreadWorker
 
 from broker.parking.deadline import DeadlineConn, cut_answer, timeout_from_env
+from broker.parking.keepalive import SHARE, Holder, hold_from_env
 from broker.parking.loop import ENVIRON_KEY, Parked, ParkedPoll, ParkingLoop, Slot
 
 # Requests queued for a thread past which polls whose wait ended wait their turn in the loop.
@@ -75,10 +78,19 @@ def _peer(conn: Any) -> str:
 class ParkingWorker(ThreadWorker):
     def init_process(self) -> None:
         self.client_timeout_s = timeout_from_env()
+        self.holder = Holder(hold_from_env(), self.cfg.threads // SHARE)
         self.lingering: deque[tuple[float, socket.socket]] = deque()
         self.parking = ParkingLoop(resume=self._resume, drop=self._drop, busy=self._busy)
         self.parking.start()
         super().init_process()  # runs the worker's loop until it stops
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.holder.stop()
+        super().handle_exit(sig, frame)
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        self.holder.stop()
+        super().handle_quit(sig, frame)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -128,6 +140,14 @@ class ParkingWorker(ThreadWorker):
     # -- a request's thread -------------------------------------------------------------------
 
     def handle(self, conn: Any) -> Any:
+        while True:
+            result = self._handle_once(conn)
+            if result is not True or not self.alive or conn.is_http2:
+                return result
+            if not self.holder.next_request(conn, self.tpool._work_queue.qsize()):
+                return result  # to the main loop's poller, kept alive
+
+    def _handle_once(self, conn: Any) -> Any:
         poll = getattr(conn, "broker_poll", None)
         if poll is None:
             result = super().handle(conn)
