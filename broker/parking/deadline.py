@@ -28,16 +28,21 @@ def timeout_from_env() -> float:
     return seconds_from_env("GUNICORN_CLIENT_TIMEOUT", DEFAULT_TIMEOUT_S)
 
 
-def seconds_from_env(name: str, default: float, *, zero_is_off: bool = False) -> float:
+def seconds_from_env(
+    name: str, default: float, *, zero_is_off: bool = False, most: float = float("inf")
+) -> float:
     """The environment variable `name` as a finite number of seconds above 0 (or from 0, when
-    0 turns its feature off), `default` when unset or blank; ValueError names the variable."""
+    0 turns its feature off) and up to `most`, `default` when unset or blank; ValueError names
+    the variable."""
     raw = os.environ.get(name, "")
     try:
         value = float(raw) if raw.strip() else default
     except ValueError:
         value = -1.0
-    if not (0 <= value if zero_is_off else 0 < value) or value == float("inf"):
+    if not ((0 <= value if zero_is_off else 0 < value) and value < float("inf") and value <= most):
         bound = "from 0 (0: off)" if zero_is_off else "above 0"
+        if most < float("inf"):
+            bound += f" to {most:g}"
         raise ValueError(f"{name} must be a number of seconds {bound}, not {raw!r}")
     return value
 

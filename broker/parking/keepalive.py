@@ -21,13 +21,17 @@ from typing import Any
 from broker.parking.deadline import seconds_from_env
 
 DEFAULT_HOLD_S = 1.0
+# A longer hold would outlast gunicorn's own keep-alive (75 s) for nothing.
+MOST_HOLD_S = 60.0
 # At most threads // SHARE threads wait for a next request at once.
 SHARE = 4
 
 
 def hold_from_env() -> float:
     """GUNICORN_KEEPALIVE_HOLD as seconds, 0 for off (ValueError names the variable)."""
-    return seconds_from_env("GUNICORN_KEEPALIVE_HOLD", DEFAULT_HOLD_S, zero_is_off=True)
+    return seconds_from_env(
+        "GUNICORN_KEEPALIVE_HOLD", DEFAULT_HOLD_S, zero_is_off=True, most=MOST_HOLD_S
+    )
 
 
 class Holder:

@@ -244,14 +244,23 @@ def test_parked_claims__wait_past_the_timeout__answered(broker: str, db_url: str
     assert delivery["task"]["id"] == created["id"]
 
 
-def test_bad_client_timeout__gunicorn_stops_at_start__naming_the_setting(db_url: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "raw", "said"),
+    [
+        ("GUNICORN_CLIENT_TIMEOUT", "soon", "a number of seconds above 0, not 'soon'"),
+        ("GUNICORN_KEEPALIVE_HOLD", "120", "a number of seconds from 0 (0: off) to 60, not '120'"),
+    ],
+)
+def test_bad_seconds_setting__gunicorn_stops_at_start__naming_it(
+    db_url: str, name: str, raw: str, said: str
+) -> None:
     ended = subprocess.run(
         [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{free_port()}"],
-        env=child_env(db_url, GUNICORN_CLIENT_TIMEOUT="soon"),
+        env=child_env(db_url, **{name: raw}),
         capture_output=True,
         text=True,
         timeout=60,
         cwd=ROOT,
     )
     assert ended.returncode != 0
-    assert "GUNICORN_CLIENT_TIMEOUT must be a number of seconds above 0, not 'soon'" in ended.stderr
+    assert f"{name} must be {said}" in ended.stderr

@@ -55,7 +55,7 @@ def test_hold_from_env__read(monkeypatch, raw, seconds) -> None:
     assert hold_from_env() == seconds
 
 
-@pytest.mark.parametrize("raw", ["-1", "abc", "inf", "nan"])
+@pytest.mark.parametrize("raw", ["-1", "abc", "inf", "nan", "61", "1e12"])
 def test_hold_from_env__bad__names_the_variable(monkeypatch, raw) -> None:
     monkeypatch.setenv("GUNICORN_KEEPALIVE_HOLD", raw)
     with pytest.raises(ValueError, match="GUNICORN_KEEPALIVE_HOLD must be a number of seconds"):
