@@ -23,6 +23,14 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
         yield ours, theirs
 
 
+@pytest.fixture
+def other() -> Iterator[socket.socket]:
+    """A second connection's socket (its peer open and silent)."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        yield ours
+
+
 def _conn(sock: socket.socket, read_ahead: bytes = b"") -> Any:
     """What Holder reads of gunicorn's connection: its socket and its parser's read-ahead."""
     return SimpleNamespace(sock=sock, parser=SimpleNamespace(unreader=SimpleNamespace(
@@ -90,18 +98,16 @@ def test_read_ahead__true_at_once_even_with_no_share_left(pair) -> None:
     assert got and took < 1
 
 
-def test_share_taken__the_next_thread_does_not_wait(pair) -> None:
+def test_share_taken__the_next_thread_does_not_wait(pair, other) -> None:
     ours, theirs = pair
-    other, other_peer = socket.socketpair()
-    with other, other_peer:
-        holder = Holder(10.0, 1)
-        thread, out = _in_thread(holder, _conn(ours))
-        got, took = _timed(holder, _conn(other))
-        assert not got and took < 1  # the share (1) is taken: to the loop at once
-        theirs.sendall(b"G")
-        thread.join(5)
-        assert out[0][0] is True
-        assert holder.waiting == 0
+    holder = Holder(10.0, 1)
+    thread, out = _in_thread(holder, _conn(ours))
+    got, took = _timed(holder, _conn(other))
+    assert not got and took < 1  # the share (1) is taken: to the loop at once
+    theirs.sendall(b"G")
+    thread.join(5)
+    assert out[0][0] is True
+    assert holder.waiting == 0
 
 
 def test_requests_queued_for_a_thread__no_wait(pair) -> None:
@@ -116,14 +122,12 @@ def test_hold_zero__off(pair) -> None:
     assert not got and took < 1
 
 
-def test_stop__ends_the_waits_and_starts_none(pair) -> None:
+def test_stop__ends_the_waits_and_starts_none(pair, other) -> None:
     ours, _ = pair
-    other, other_peer = socket.socketpair()
-    with other, other_peer:
-        holder = Holder(30.0, 4)
-        thread, out = _in_thread(holder, _conn(ours))
-        holder.stop()
-        thread.join(5)
-        assert out[0][0] is False and out[0][1] < 5  # not the 30 s hold
-        got, took = _timed(holder, _conn(other))
-        assert not got and took < 1
+    holder = Holder(30.0, 4)
+    thread, out = _in_thread(holder, _conn(ours))
+    holder.stop()
+    thread.join(5)
+    assert out[0][0] is False and out[0][1] < 5  # not the 30 s hold
+    got, took = _timed(holder, _conn(other))
+    assert not got and took < 1
