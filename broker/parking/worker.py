@@ -114,8 +114,11 @@ class ParkingWorker(ThreadWorker):
         fs.add_done_callback(lambda fut: self.method_queue.defer(self.finish_request, conn, fut))
 
     def _busy(self) -> bool:
-        # Requests waiting for a thread (ThreadPoolExecutor's queue: no public size).
-        return bool(self.tpool._work_queue.qsize() >= BUSY_QUEUE)
+        return self._queued() >= BUSY_QUEUE
+
+    def _queued(self) -> int:
+        """Requests waiting for a thread (ThreadPoolExecutor's queue: no public size)."""
+        return int(self.tpool._work_queue.qsize())
 
     def _drop(self, poll: ParkedPoll) -> None:
         self.method_queue.defer(self._close_parked, poll.conn)
@@ -144,7 +147,7 @@ class ParkingWorker(ThreadWorker):
             result = self._handle_once(conn)
             if result is not True or not self.alive or conn.is_http2:
                 return result
-            if not self.holder.next_request(conn, self.tpool._work_queue.qsize()):
+            if not self.holder.next_request(conn, self._queued()):
                 return result  # to the main loop's poller, kept alive
 
     def _handle_once(self, conn: Any) -> Any:
