@@ -29,7 +29,9 @@ threads = int(os.environ.get("GUNICORN_THREADS", "256"))
 # The master imports Django and the app once and forks the workers from it: a worker starts in
 # milliseconds, not ~1 s of CPU each, and shares the imported code's memory. Importing opens
 # no database connection and starts no thread: the worker (or its first request) makes those.
-# A code change then needs a restart, not a HUP.
+# The workers also share what the master mapped before forking: when one loses a PostgreSQL
+# connection, the others renew their pools too (broker/dbgate.py). A code change then needs a
+# restart, not a HUP.
 preload_app = True
 # A stalled client's thread comes back after GUNICORN_CLIENT_TIMEOUT seconds (30; the worker
 # reads it, broker/parking/deadline.py); read here too, so a bad value stops the start at once.

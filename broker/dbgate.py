@@ -1,10 +1,12 @@
 """PostgreSQL connections that wait their turn to reconnect (one real attempt per interval per
 process while the database is away), and that renew their pool's idle connections when one of
-them is lost (broker.dbpool.prepare makes it every pool's class)."""
+them is lost, in every process of the node (broker.dbpool.prepare makes it every pool's class)."""
 
 from __future__ import annotations
 
 import math
+import mmap
+import struct
 import threading
 import time
 from typing import Any, ClassVar
@@ -29,7 +31,33 @@ class _Gate:
             self._failed_at = -math.inf if ok else time.monotonic()
 
 
+class _NodeLoss:
+    """When a process of this node last lost a connection (time.monotonic(), which every process
+    of a host shares), in memory gunicorn's workers share: made at import, in the master, which
+    loads the app before it forks them (preload_app).
+
+    A host that vanishes tells nothing to the connections that wait idle in a pool: a process
+    learns only when a request of its own has waited out its 10 s. Seen from one process alone, a
+    worker that sent nothing in the first seconds learnt 10 s after its siblings, holding its first
+    request after the vanish on a dead connection for 10 s more: one producer's writes came back
+    22 s after the vanish, not 12.
+    """
+
+    _FORMAT = "d"
+
+    def __init__(self) -> None:
+        self._shared = mmap.mmap(-1, struct.calcsize(self._FORMAT))  # MAP_SHARED, anonymous
+        self.record(-math.inf)
+
+    def record(self, at: float) -> None:
+        struct.pack_into(self._FORMAT, self._shared, 0, at)
+
+    def last(self) -> float:
+        return struct.unpack_from(self._FORMAT, self._shared, 0)[0]
+
+
 _gate = _Gate()
+_node_loss = _NodeLoss()
 _drain_lock = threading.Lock()
 
 
@@ -64,19 +92,26 @@ class GatedConnection(psycopg.Connection):
             return super().wait(*args, **kwargs)
         except psycopg.Error:
             if self.broken:
-                self._lost()
+                _node_loss.record(time.monotonic())
+                self.renew_pool()
             raise
 
-    def _lost(self) -> None:
-        """This connection broke: its pool's idle ones, made to the same server, are replaced
-        at once, unchecked.
+    def outlived_a_loss(self) -> bool:
+        """Whether a process of this node lost a connection since this one was made: a checkout
+        (broker.dbpool.check_if_disturbed) then renews the pool instead of handing it out."""
+        return self.connected_at < _node_loss.last()
+
+    def renew_pool(self) -> None:
+        """This connection broke, or one of the node's did since it was made: its pool's idle
+        ones, made to the same server, are replaced at once, unchecked.
 
         They went with it when the server restarted or failed over; when its host vanished (a
         power cut, a partition), nothing says so until each one's TCP timeout, so each would
         hold the next request given it for 10 s (settings.BROKER_DB_TCP_OPTIONS), and a round
         trip to check them as long each. Those in use are replaced when they come back. One
         connection a server closed on its own (an idle timeout, a terminated backend) renews the
-        pool needlessly: a few reconnections. Connections lost together renew it once.
+        pool needlessly, in every process of the node: a few reconnections each. Connections lost
+        together renew it once.
         """
         pool = getattr(self, "_pool", None)
         if pool is None:

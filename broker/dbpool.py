@@ -22,13 +22,18 @@ def check_if_disturbed(conn: Any) -> None:
     A disturbed connection means its server went away: the other idle ones are as stale, and the
     pool would find them one by one, sleeping a reconnect interval after each. The check breaks
     it, and a connection that breaks has its pool replace the idle ones at once
-    (broker.dbgate.GatedConnection).
+    (broker.dbgate.GatedConnection). So does one made before another process of the node lost
+    one: a vanished host tells its idle connections nothing, and each would hold a request 10 s.
     """
     from psycopg import OperationalError
     from psycopg_pool import ConnectionPool
 
     if conn.closed or conn.broken:
         raise OperationalError("connection is closed")
+    outlived = getattr(conn, "outlived_a_loss", None)  # a GatedConnection's
+    if outlived is not None and outlived():
+        conn.renew_pool()
+        raise OperationalError("made before a connection of this node was lost")
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     if readable:
         ConnectionPool.check_connection(conn)

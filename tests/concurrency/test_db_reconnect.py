@@ -4,6 +4,7 @@ by one with a reconnect interval's pause after each."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -90,3 +91,55 @@ def test_pool__a_connection_breaks_in_use__its_idle_peers_replaced_unchecked_onc
     # Dropped without a round trip each (which would have hung on a vanished host), and once.
     assert stats.get("connections_lost", 0) == 0, stats
     assert stats["connections_num"] == 4 + 4, stats
+
+
+def _break_one_in_a_sibling(params: dict[str, str]) -> int:
+    """What a sibling gunicorn worker (forked after the app loaded, as preload_app does) sees when
+    its connection to a vanished host is given up: one of its own connections breaks. Its exit
+    status: 0 once it did."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover -- the child process
+        status = 1
+        try:
+            with GatedConnection.connect(**params, autocommit=True) as conn:
+                with psycopg.connect(**{**params, "application_name": "killer"},
+                                     autocommit=True) as c:  # fmt: skip
+                    c.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+                try:
+                    conn.execute("SELECT 1")
+                except psycopg.OperationalError:
+                    status = 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_pool__another_process_of_the_node_lost_a_connection__idle_ones_replaced_unchecked(
+    transactional_db: None,
+) -> None:
+    # A process that sent nothing to a vanished host since it vanished has nothing of its own to
+    # tell it so: each of its idle connections would hold a request for 10 s, one after another.
+    params, pool = _pool(4)
+    tag = params["application_name"]
+    try:
+        pool.wait(10)
+        idle = _backends(params, tag)
+        with pool.connection() as conn:  # nothing lost yet: a checkout keeps what the pool has
+            assert conn.info.backend_pid in idle
+        assert _break_one_in_a_sibling({**params, "application_name": "sibling"}) == 0
+        started = time.monotonic()
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+            mine = conn.info.backend_pid
+        took = time.monotonic() - started
+        wait_until(lambda: len(_backends(params, tag)) == 4, 10, 0.05, "the pool refilled")
+        renewed = _backends(params, tag)
+        stats = pool.get_stats()
+    finally:
+        pool.close()
+    assert mine not in idle
+    assert not renewed & idle, (renewed, idle)
+    assert stats.get("connections_lost", 0) == 0, stats  # dropped unchecked, once
+    assert stats["connections_num"] == 4 + 4, stats
+    assert took < 1.0, took  # one pause of the check loop (0.2 s) and a fresh connection
