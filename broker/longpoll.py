@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from broker import queue
@@ -101,6 +102,22 @@ def _look_again_at(got: list[Delivery], woken: str | None) -> float:
     return math.inf if retry_in is None else time.monotonic() + retry_in
 
 
+def _look_again_after_failure(held: str | None) -> float:
+    """The monotonic time to claim again without a wake-up after a look that failed (the
+    database unreachable from this process while its listener still hears: say, its pool
+    renewing the connections a vanished host took), holding the wake `held`.
+
+    A claim woken for its queue looks again as often as the pool reconnects: that wake was its
+    task's only word, and waiting for the next left the task ready beside it until its wait
+    ended. Not one woken for every queue (the listener's reconnection wakes every parked claim):
+    each parked claim of the process would go back to a pool with nothing to give, again and
+    again; the end of its wait looks once more.
+    """
+    if held is None or held == ANY_QUEUE:
+        return math.inf
+    return time.monotonic() + settings.BROKER_DB_RECONNECT_MS / 1000
+
+
 Looked = tuple[list[Delivery], DatabaseError | None]
 
 
@@ -164,18 +181,23 @@ def claim_wait(
     held: str | None = None
     try:
         while True:
-            held = woken = hub.take(waiter)
+            # A wake held through a look that failed is still owed a look.
+            held = woken = hub.take(waiter) or held
             if gone():
                 return []
-            looked = False
+            looked = failed = False
             if not hub.away:
                 got, lost = _look(queues, lease_ms, limit, worker)
                 if lost is None:
                     held = None  # the claim looked: whatever the wake announced, it was seen
                     looked = True
+                failed = not looked
                 if got:
                     return got
-            look_again = _look_again_at(got, woken if looked else None)
+            look_again = (
+                _look_again_after_failure(held) if failed
+                else _look_again_at(got, woken if looked else None)
+            )  # fmt: skip
             _let_go()
             while True:
                 now = time.monotonic()
@@ -229,22 +251,27 @@ def _claim_parked(
     parked = False
     try:
         while True:
-            woken = wait.held = hub.take(wait.waiter)
+            # A wake held through a look that failed is still owed a look.
+            woken = wait.held = hub.take(wait.waiter) or wait.held
             if gone():
                 return []
             if not first and woken is None and time.monotonic() >= wait.deadline:
                 return _last_look(queues, lease_ms, limit, worker, wait.lost)
             first = False
             got: list[Delivery] = []
-            looked = False
+            looked = failed = False
             if not hub.away:
                 got, wait.lost = _look(queues, lease_ms, limit, worker)
                 if wait.lost is None:
                     wait.held = None
                     looked = True
+                failed = not looked
                 if got:
                     return got
-            look_again = _look_again_at(got, woken if looked else None)
+            look_again = (
+                _look_again_after_failure(wait.held) if failed
+                else _look_again_at(got, woken if looked else None)
+            )  # fmt: skip
             _let_go()
             now = time.monotonic()
             if now >= wait.deadline:
