@@ -317,7 +317,10 @@ BROKER_FETCH_ALLOWED_NETWORKS = _networks("BROKER_FETCH_ALLOWED_NETWORKS")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # The process id, as gunicorn's own lines carry it: which worker of a node said what.
+    "formatters": {
+        "plain": {"format": "%(asctime)s [%(process)d] %(levelname)s %(name)s %(message)s"}
+    },
     "filters": {"reconnects": {"()": "broker.dbpool.QuietReconnects"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     # One line per failed reconnect, several a second while the database is away, is too many.
