@@ -65,6 +65,18 @@ def _backends(params: dict[str, str], tag: str) -> set[int]:
     return {pid for (pid,) in rows}
 
 
+def _terminate(params: dict[str, str], pid: int) -> None:
+    with psycopg.connect(**{**params, "application_name": "killer"}, autocommit=True) as c:
+        c.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+def _refilled(params: dict[str, str], pool: ConnectionPool) -> tuple[set[int], dict[str, int]]:
+    """Once the pool is full again: its connections' backends, and its counters."""
+    tag = params["application_name"]
+    wait_until(lambda: len(_backends(params, tag)) == pool.max_size, 10, 0.05, "the pool refilled")
+    return _backends(params, tag), pool.get_stats()
+
+
 def test_pool__a_connection_breaks_in_use__its_idle_peers_replaced_unchecked_once(
     transactional_db: None,
 ) -> None:
@@ -78,13 +90,10 @@ def test_pool__a_connection_breaks_in_use__its_idle_peers_replaced_unchecked_onc
             mine = conn.info.backend_pid
             idle = _backends(params, tag) - {mine}
             assert len(idle) == 3
-            with psycopg.connect(**{**params, "application_name": "killer"}, autocommit=True) as c:
-                c.execute("SELECT pg_terminate_backend(%s)", [mine])
+            _terminate(params, mine)
             with pytest.raises(psycopg.OperationalError):
                 conn.execute("SELECT 1")
-        wait_until(lambda: len(_backends(params, tag)) == 4, 10, 0.05, "the pool refilled")
-        renewed = _backends(params, tag)
-        stats = pool.get_stats()
+        renewed, stats = _refilled(params, pool)
     finally:
         pool.close()
     assert not renewed & (idle | {mine}), (renewed, idle, mine)
@@ -102,9 +111,7 @@ def _break_one_in_a_sibling(params: dict[str, str]) -> int:
         status = 1
         try:
             with GatedConnection.connect(**params, autocommit=True) as conn:
-                with psycopg.connect(**{**params, "application_name": "killer"},
-                                     autocommit=True) as c:  # fmt: skip
-                    c.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+                _terminate(params, conn.info.backend_pid)
                 try:
                     conn.execute("SELECT 1")
                 except psycopg.OperationalError:
@@ -133,9 +140,7 @@ def test_pool__another_process_of_the_node_lost_a_connection__idle_ones_replaced
             conn.execute("SELECT 1")
             mine = conn.info.backend_pid
         took = time.monotonic() - started
-        wait_until(lambda: len(_backends(params, tag)) == 4, 10, 0.05, "the pool refilled")
-        renewed = _backends(params, tag)
-        stats = pool.get_stats()
+        renewed, stats = _refilled(params, pool)
     finally:
         pool.close()
     assert mine not in idle

@@ -102,6 +102,12 @@ class _PoolRenewing:
         return self._claim(*args, **kwargs)
 
 
+def _dispatch(slot: Slot) -> list:
+    """One dispatch of a claim the parking worker serves (5 s wait): it looks once, then parks
+    (raises Parked) until woken or due."""
+    return claim_wait(["q"], lease_ms=1000, wait_ms=5000, parking=slot)
+
+
 # Outside a transaction: a look that fails inside one raises (the caller's to handle).
 @pytest.mark.django_db(transaction=True)
 def test_claim__woken_for_its_queue_then_its_look_fails__looks_again_soon_not_at_its_end(
@@ -123,20 +129,19 @@ def test_claim__woken_for_its_queue_then_its_look_fails__looks_again_soon_not_at
 def test_parked_claim__woken_for_its_queue_then_its_look_fails__due_again_soon(
     enqueue_task, monkeypatch: pytest.MonkeyPatch, settings
 ) -> None:
-    # The same claim served by the parking worker: each dispatch of the request looks once, then
-    # parks (Parked) until woken or due.
+    # The same claim served by the parking worker.
     settings.BROKER_DB_RECONNECT_MS = 200
     pk = enqueue_task(queue="q")
     looks = _PoolRenewing(monkeypatch)
     slot = Slot()
     with pytest.raises(Parked) as parked:  # looked, nothing: due at the end of its wait
-        claim_wait(["q"], lease_ms=1000, wait_ms=5000, parking=slot)
+        _dispatch(slot)
     assert parked.value.due - time.monotonic() > 4
     hub.wake("q", 1)
     with pytest.raises(Parked) as parked:  # woken; its look fails
-        claim_wait(["q"], lease_ms=1000, wait_ms=5000, parking=slot)
+        _dispatch(slot)
     assert 0.1 < parked.value.due - time.monotonic() <= 0.2
-    (got,) = claim_wait(["q"], lease_ms=1000, wait_ms=5000, parking=slot)  # due: looks again
+    (got,) = _dispatch(slot)  # due: looks again
     assert got.task.pk == pk
     assert looks.calls == 3
 
@@ -150,9 +155,9 @@ def test_claim__woken_for_every_queue_then_its_look_fails__waits_for_a_wake_or_i
     looks = _PoolRenewing(monkeypatch)
     slot = Slot()
     with pytest.raises(Parked):
-        claim_wait(["q"], lease_ms=1000, wait_ms=5000, parking=slot)
+        _dispatch(slot)
     hub.wake_all()
     with pytest.raises(Parked) as parked:
-        claim_wait(["q"], lease_ms=1000, wait_ms=5000, parking=slot)
+        _dispatch(slot)
     assert parked.value.due - time.monotonic() > 4
     assert looks.calls == 2
