@@ -23,7 +23,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def no_listener(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The test says whether the database is away, not a listener thread."""
+    """The test says whether the database is away, not a listener thread; nor does one an
+    earlier test of this process started (SQLite's poller would wake these claims too)."""
+    hub.stop()
     monkeypatch.setattr(hub, "_ensure_thread", lambda: None)
     monkeypatch.setattr(hub, "away", False)
 
