@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -21,9 +23,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.serial]  # a latency bound
 STALE = 6
 
 
-def _pool(size: int) -> tuple[dict[str, str], ConnectionPool]:
+@contextmanager
+def _pool(size: int) -> Iterator[tuple[dict[str, str], ConnectionPool]]:
     """A pool of `size` built as production builds it (GatedConnection, check_if_disturbed),
-    its connections named so that pg_stat_activity tells them apart: (their parameters, pool)."""
+    its connections named so that pg_stat_activity tells them apart, and full: (their
+    parameters, pool), closed after."""
     s = connection.settings_dict
     name = f"ha_pool_{uuid.uuid4().hex[:8]}"
     params = {"host": s["HOST"] or "127.0.0.1", "port": str(s["PORT"] or 5432), "user": s["USER"],
@@ -32,16 +36,18 @@ def _pool(size: int) -> tuple[dict[str, str], ConnectionPool]:
     pool = ConnectionPool(kwargs=params, min_size=size, max_size=size, open=True,
                           connection_class=GatedConnection,
                           check=dbpool.check_if_disturbed)  # fmt: skip
-    return params, pool
+    try:
+        pool.wait(10)
+        yield params, pool
+    finally:
+        pool.close()
 
 
 def test_pool__every_connection_dropped__first_checkout_pays_one_interval_not_six(
     transactional_db: None,
 ) -> None:
-    params, pool = _pool(STALE)
-    tag = params["application_name"]
-    try:
-        pool.wait(10)
+    with _pool(STALE) as (params, pool):
+        tag = params["application_name"]
         with psycopg.connect(**{**params, "application_name": "killer"}, autocommit=True) as c:
             c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                       " WHERE application_name = %s", [tag])  # fmt: skip
@@ -50,8 +56,6 @@ def test_pool__every_connection_dropped__first_checkout_pays_one_interval_not_si
         with pool.connection() as conn:
             conn.execute("SELECT 1")
         took = time.monotonic() - started
-    finally:
-        pool.close()
     # One stale connection found, a pause of one interval (0.2 s), then a fresh connection;
     # finding the six one by one would pause 6 x 0.2 s.
     assert took < 0.6, took
@@ -82,10 +86,8 @@ def test_pool__a_connection_breaks_in_use__its_idle_peers_replaced_unchecked_onc
 ) -> None:
     # A vanished host's idle connections look healthy until each one's TCP timeout: nothing but
     # the loss of one of them says they are gone, so the pool must not wait to find them.
-    params, pool = _pool(4)
-    tag = params["application_name"]
-    try:
-        pool.wait(10)
+    with _pool(4) as (params, pool):
+        tag = params["application_name"]
         with pool.connection() as conn:
             mine = conn.info.backend_pid
             idle = _backends(params, tag) - {mine}
@@ -94,8 +96,6 @@ def test_pool__a_connection_breaks_in_use__its_idle_peers_replaced_unchecked_onc
             with pytest.raises(psycopg.OperationalError):
                 conn.execute("SELECT 1")
         renewed, stats = _refilled(params, pool)
-    finally:
-        pool.close()
     assert not renewed & (idle | {mine}), (renewed, idle, mine)
     # Dropped without a round trip each (which would have hung on a vanished host), and once.
     assert stats.get("connections_lost", 0) == 0, stats
@@ -127,10 +127,8 @@ def test_pool__another_process_of_the_node_lost_a_connection__idle_ones_replaced
 ) -> None:
     # A process that sent nothing to a vanished host since it vanished has nothing of its own to
     # tell it so: each of its idle connections would hold a request for 10 s, one after another.
-    params, pool = _pool(4)
-    tag = params["application_name"]
-    try:
-        pool.wait(10)
+    with _pool(4) as (params, pool):
+        tag = params["application_name"]
         idle = _backends(params, tag)
         with pool.connection() as conn:  # nothing lost yet: a checkout keeps what the pool has
             assert conn.info.backend_pid in idle
@@ -141,8 +139,6 @@ def test_pool__another_process_of_the_node_lost_a_connection__idle_ones_replaced
             mine = conn.info.backend_pid
         took = time.monotonic() - started
         renewed, stats = _refilled(params, pool)
-    finally:
-        pool.close()
     assert mine not in idle
     assert not renewed & idle, (renewed, idle)
     assert stats.get("connections_lost", 0) == 0, stats  # dropped unchecked, once
