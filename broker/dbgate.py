@@ -9,6 +9,7 @@ import mmap
 import struct
 import threading
 import time
+import zlib
 from typing import Any, ClassVar
 
 import psycopg
@@ -33,8 +34,8 @@ class _Gate:
 
 class _NodeLoss:
     """When a process of this node last lost a connection (time.monotonic(), which every process
-    of a host shares), in memory gunicorn's workers share: made at import, in the master, which
-    loads the app before it forks them (preload_app).
+    of a host shares), and to which server (server_key), in memory gunicorn's workers share: made
+    at import, in the master, which loads the app before it forks them (preload_app).
 
     A host that vanishes tells nothing to the connections that wait idle in a pool: a process
     learns only when a request of its own has waited out its 10 s. Seen from one process alone, a
@@ -43,22 +44,40 @@ class _NodeLoss:
     22 s after the vanish, not 12.
     """
 
-    _FORMAT = "d"
+    _FORMAT = "dI"
 
     def __init__(self) -> None:
         self._shared = mmap.mmap(-1, struct.calcsize(self._FORMAT))  # MAP_SHARED, anonymous
-        self.record(-math.inf)
+        self.record(-math.inf, 0)
 
-    def record(self, at: float) -> None:
-        struct.pack_into(self._FORMAT, self._shared, 0, at)
+    def record(self, at: float, server: int) -> None:
+        struct.pack_into(self._FORMAT, self._shared, 0, at, server)
 
     def last(self) -> float:
-        return struct.unpack_from(self._FORMAT, self._shared, 0)[0]
+        at: float = struct.unpack_from(self._FORMAT, self._shared, 0)[0]
+        return at
+
+    def lost_since(self, at: float, server: int) -> bool:
+        """Whether a connection to `server` was the last one lost, after `at`."""
+        lost_at, lost_server = struct.unpack_from(self._FORMAT, self._shared, 0)
+        return bool(lost_at > at and lost_server == server)
+
+
+def server_key(conn: psycopg.Connection[Any]) -> int:
+    """The server `conn` reached (of a multi-host URL's, the one it is connected to), as a number
+    the node's processes compare."""
+    return zlib.crc32(f"{conn.info.host}:{conn.info.port}".encode())
 
 
 _gate = _Gate()
 _node_loss = _NodeLoss()
 _drain_lock = threading.Lock()
+
+
+def lost_since(at: float, server: int) -> bool:
+    """Whether a process of this node lost a connection to `server` (server_key) after `at`, the
+    last one it lost."""
+    return _node_loss.lost_since(at, server)
 
 
 class GatedConnection(psycopg.Connection):
@@ -71,6 +90,7 @@ class GatedConnection(psycopg.Connection):
 
     every_s: ClassVar[float] = 0.2
     connected_at = -math.inf  # time.monotonic() when connected
+    server = 0  # server_key()
 
     @classmethod
     def connect(cls, *args: Any, **kwargs: Any) -> Any:
@@ -85,6 +105,7 @@ class GatedConnection(psycopg.Connection):
             raise
         _gate.record(ok=True)
         conn.connected_at = time.monotonic()
+        conn.server = server_key(conn)
         return conn
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
@@ -92,7 +113,7 @@ class GatedConnection(psycopg.Connection):
             return super().wait(*args, **kwargs)
         except psycopg.Error:
             if self.broken:
-                _node_loss.record(time.monotonic())
+                _node_loss.record(time.monotonic(), self.server)
                 self.renew_pool()
             raise
 

@@ -28,6 +28,8 @@ CHANNEL = "broker_ready"
 PING_PREFIX = "!ping:"
 PING_EVERY_S = 30.0
 PING_DEADLINE_S = 2.0
+# How often the listener reads the node's record of a lost connection (broker.dbgate).
+LOSS_CHECK_S = 0.2
 ANY_QUEUE = "*"
 # The poll used where no notification can arrive: SQLite, or PostgreSQL while LISTEN is down.
 
@@ -220,30 +222,50 @@ class Hub:
         import psycopg
         from django.conf import settings
 
+        from broker import dbgate
+
         conninfo, params = listen_conninfo()
         stop = self._stop
         deaf_backoff = 0.1
         lost_at = 0.0
+        # What a renewal replaces (below), open until its successor listens: (connection, server).
+        old: tuple[Any, int] | None = None
         while not stop.is_set():
+            conn = None
             try:
-                with psycopg.connect(conninfo, **params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    if self.away:
-                        log.warning("wake-up listener reconnected after %.1f s",
-                                    time.monotonic() - lost_at)  # fmt: skip
-                    self.away = False
-                    self._ping(conn)
-                    self.listening = True
-                    deaf_backoff = 0.1
-                    # Anything sent while we were not listening is lost: let everyone look.
+                conn = psycopg.connect(conninfo, **params, autocommit=True)
+                conn.execute(f"LISTEN {CHANNEL}")
+                connected_at, server = time.monotonic(), dbgate.server_key(conn)
+                if self.away or old is not None:
+                    log.warning("wake-up listener reconnected after %.1f s",
+                                time.monotonic() - lost_at)  # fmt: skip
+                self.away = False
+                token = self._ping(conn)
+                self.listening = True
+                deaf_backoff = 0.1
+                # Anything sent while we were not listening is lost: let everyone look. Not
+                # when the connection renewed heard our ping too: it missed nothing meanwhile.
+                if old is None or not (old[1] == server and self._heard(old[0], token, 0.5)):
                     self.wake_all()
-                    next_ping = time.monotonic() + PING_EVERY_S
-                    while not stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            self._on_notify(note.payload)
-                        if time.monotonic() >= next_ping:
-                            self._ping(conn)
-                            next_ping = time.monotonic() + PING_EVERY_S
+                _close(old)
+                old = None
+                next_ping = time.monotonic() + PING_EVERY_S
+                while not stop.is_set():
+                    for note in conn.notifies(timeout=LOSS_CHECK_S):
+                        self._on_notify(note.payload)
+                    if dbgate.lost_since(connected_at, server):
+                        # A vanished host tells an idle LISTEN nothing until its keepalives
+                        # give up (11 s); meanwhile writes come back on the next host, their
+                        # NOTIFYs unheard. So reconnect now, listening on this one until then,
+                        # and say the database away only if that fails: a backend lost on a
+                        # healthy server costs one connection, no 503 and no wake.
+                        log.warning("wake-up listener: this node lost a connection to its "
+                                    "server; reconnecting")  # fmt: skip
+                        lost_at, old, conn = time.monotonic(), (conn, server), None
+                        break
+                    if time.monotonic() >= next_ping:
+                        self._ping(conn)
+                        next_ping = time.monotonic() + PING_EVERY_S
             except ListenerDeafError as exc:
                 self.listening = False
                 if stop.is_set():
@@ -258,34 +280,59 @@ class Hub:
                     break
                 if not self.away:
                     log.warning("wake-up listener lost its connection (%s); reconnecting", exc)
-                    lost_at = time.monotonic()
+                    lost_at = time.monotonic() if old is None else lost_at
                     self.away = True
+                _close(old)
+                old = None
                 # As often as the pool reconnects (BROKER_DB_RECONNECT_MS): the primary back, the
                 # parked claims hear of it within that.
                 stop.wait(settings.BROKER_DB_RECONNECT_MS / 1000)
+            finally:
+                if conn is not None:
+                    conn.close()
+        _close(old)
         self.listening = False
 
-    def _ping(self, conn: Any) -> None:
+    def _ping(self, conn: Any) -> str:
         """NOTIFY ourselves and wait for the echo: a LISTEN that hears nothing (say, behind a
-        transaction-mode pooler) must count as not listening, so parked claims poll instead."""
+        transaction-mode pooler) must count as not listening, so parked claims poll instead.
+        The NOTIFY's payload, which every listener of the server hears."""
         token = f"{PING_PREFIX}{uuid.uuid4().hex}"
         conn.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
-        deadline = time.monotonic() + PING_DEADLINE_S
-        while (left := deadline - time.monotonic()) > 0:
-            for note in conn.notifies(timeout=left, stop_after=1):
-                if note.payload == token:
-                    return
-                self._on_notify(note.payload)
+        if self._heard(conn, token, PING_DEADLINE_S):
+            return token
         raise ListenerDeafError(
             "LISTEN did not hear its own NOTIFY: behind PgBouncer in transaction mode, set "
             "BROKER_LISTEN_DATABASE_URL to a direct or session-mode connection"
         )
+
+    def _heard(self, conn: Any, token: str, within_s: float) -> bool:
+        """Whether `conn` hears `token` within `within_s`; what it hears before is passed on. Only
+        reads: a connection to a vanished host answers False, not after its TCP timeout."""
+        import psycopg
+
+        deadline = time.monotonic() + within_s
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                for note in conn.notifies(timeout=left, stop_after=1):
+                    if note.payload == token:
+                        return True
+                    self._on_notify(note.payload)
+        except psycopg.Error:
+            return False
+        return False
 
     def _on_notify(self, payload: str) -> None:
         if payload.startswith(PING_PREFIX):
             return
         queue, _, count = payload.rpartition(":")
         self.wake(queue or ANY_QUEUE, int(count) if count.isdigit() else 1)
+
+
+def _close(old: tuple[Any, int] | None) -> None:
+    """Close the connection a renewal replaced, if any."""
+    if old is not None:
+        old[0].close()
 
 
 def listen_conninfo() -> tuple[str, dict[str, Any]]:

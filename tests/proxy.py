@@ -12,7 +12,8 @@ from contextlib import contextmanager
 class Proxy:
     """Forwards bind:<port> (127.0.0.1 unless given) to (host, port). While down, every
     connection through it is closed and new ones are accepted and closed at once (a server that
-    went away)."""
+    went away). Frozen, the connections open then go silent and new ones pass (a host that
+    vanished, the next one reached at the same address)."""
 
     def __init__(self, host: str, port: int, bind: str = "127.0.0.1", bind_port: int = 0) -> None:
         self.target = (host, port)
@@ -23,6 +24,7 @@ class Proxy:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._closed = False
+        self._accepted = self._frozen_before = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, user: str, name: str) -> str:
@@ -38,6 +40,10 @@ class Proxy:
 
     def up(self) -> None:
         self._up.set()
+
+    def freeze(self) -> None:
+        """The connections open now forward nothing more, either way, and are not closed."""
+        self._frozen_before = self._accepted
 
     def close(self) -> None:
         self._closed = True
@@ -61,13 +67,16 @@ class Proxy:
             server.settimeout(None)
             with self._lock:
                 self._open.update((client, server))
+                self._accepted += 1
+                number = self._accepted
             for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pump, args=(a, b, number), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, number: int) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if number > self._frozen_before:
+                    dst.sendall(data)
         except OSError:
             pass
         with self._lock:

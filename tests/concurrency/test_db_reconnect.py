@@ -1,23 +1,28 @@
 """The pool after its server dropped every connection (a restart, a failover): the first checkout
 finds one stale connection, which has the pool replace all of them, instead of finding them one
-by one with a reconnect interval's pause after each."""
+by one with a reconnect interval's pause after each. And the wake-up listener, which reconnects
+as soon as a process of the node lost a connection to its server."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection
 from psycopg_pool import ConnectionPool
 
-from broker import dbpool
+from broker import dbgate, dbpool
 from broker.dbgate import GatedConnection
+from broker.wakeup import ANY_QUEUE, Waiter, hub
 from tests.procs import wait_until
+from tests.proxy import proxy_to
 
 pytestmark = [pytest.mark.postgres, pytest.mark.serial]  # a latency bound
 STALE = 6
@@ -144,3 +149,85 @@ def test_pool__another_process_of_the_node_lost_a_connection__idle_ones_replaced
     assert stats.get("connections_lost", 0) == 0, stats  # dropped unchecked, once
     assert stats["connections_num"] == 4 + 4, stats
     assert took < 1.0, took  # one pause of the check loop (0.2 s) and a fresh connection
+
+
+@contextmanager
+def _listening(settings: Any, port: int) -> Iterator[tuple[Waiter, list[bool]]]:
+    """This process's wake-up listener, on PostgreSQL through `port`, with one claim parked (its
+    first wake taken) and a record of `hub.away` every millisecond: (the claim, the record)."""
+    s = connection.settings_dict
+    settings.BROKER_LISTEN_DATABASE_URL = f"postgresql://{s['USER']}@127.0.0.1:{port}/{s['NAME']}"
+    hub.stop()
+    waiter = hub.park(None)
+    away: list[bool] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.001):
+            away.append(hub.away)
+
+    watcher = threading.Thread(target=watch)
+    try:
+        wait_until(lambda: hub.listening, 10, 0.01, "the listener")
+        hub.take(waiter)
+        watcher.start()
+        yield waiter, away
+    finally:
+        done.set()
+        if watcher.is_alive():
+            watcher.join()
+        hub.unpark(waiter)
+        hub.stop()
+
+
+def _sibling_params(port: int) -> dict[str, str]:
+    s = connection.settings_dict
+    return {"host": "127.0.0.1", "port": str(port), "user": s["USER"], "dbname": s["NAME"],
+            "application_name": "sibling"}  # fmt: skip
+
+
+def _notify(port: int, payload: str) -> None:
+    with psycopg.connect(**_sibling_params(port), autocommit=True) as conn:
+        conn.execute("SELECT pg_notify(%s, %s)", ["broker_ready", payload])
+
+
+def test_listener__the_node_lost_a_connection_to_its_server__reconnects_no_wake_never_away(
+    transactional_db: None, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A backend lost on a healthy server (an idle timeout, a terminated one): the listener
+    # reconnects, but its old connection heard everything meanwhile, so no parked claim is
+    # woken (ten thousand claim queries for nothing), and nothing answers 503.
+    port = int(connection.settings_dict["PORT"] or 5432)
+    with _listening(settings, port) as (waiter, away):
+        dbgate._node_loss.record(time.monotonic(), 1)  # a connection to another server lost
+        time.sleep(0.5)
+        assert "listener: this node lost" not in caplog.text  # not ours: no reconnection
+        assert _break_one_in_a_sibling(_sibling_params(port)) == 0
+        wait_until(lambda: "listener reconnected" in caplog.text, 5, 0.005, "the reconnection")
+        time.sleep(0.3)
+        assert hub.take(waiter) is None
+        _notify(port, "q:1")  # heard on the new connection
+        wait_until(lambda: hub.take(waiter) == "q", 5, 0.005, "a NOTIFY after the reconnection")
+    assert away and not any(away)
+
+
+def test_listener__its_host_vanished__reconnects_at_once_and_wakes_every_parked_claim(
+    transactional_db: None, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its host vanished (the proxy's open connections go silent; new ones reach the server, as
+    # the next host of a multi-host URL): an idle LISTEN would learn nothing for 11 s, while the
+    # writes back on the next host send NOTIFYs it does not hear. The node's loss tells it.
+    s = connection.settings_dict
+    with proxy_to(s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)) as proxy:
+        with _listening(settings, proxy.port) as (waiter, away):
+            proxy.freeze()
+            _notify(proxy.port, "q:1")  # unheard: sent to a server the listener lost
+            started = time.monotonic()
+            assert _break_one_in_a_sibling(_sibling_params(proxy.port)) == 0
+            wait_until(lambda: hub.take(waiter) == ANY_QUEUE, 5, 0.005, "the reconnection's wake")
+            took = time.monotonic() - started
+            _notify(proxy.port, "q:1")
+            wait_until(lambda: hub.take(waiter) == "q", 5, 0.005, "a NOTIFY after the reconnection")
+    assert "listener reconnected" in caplog.text
+    assert took < 1.5, took  # a check interval (0.2 s), a connection, the old one's 0.5 s
+    assert away and not any(away)

@@ -121,6 +121,11 @@ class Broker:
         except (OSError, HTTPException):
             return False
 
+    def output(self) -> str:
+        """What gunicorn and its workers logged since the last start."""
+        assert self.proc is not None
+        return self.proc.output()
+
     def kill9(self) -> None:
         """SIGKILL the master and its workers at once (one process group)."""
         assert self.proc is not None

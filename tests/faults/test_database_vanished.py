@@ -92,7 +92,11 @@ def test_primary_host_vanishes__writes_back_on_the_next_host_in_seconds__nothing
                 wait_until(
                     lambda: http("GET", f"{base}/healthz")[0] == 200, 15, 0.1, "/healthz 200"
                 )
-                # The listener found the next host too: a claim parked through it wakes at once.
+                # The listener found the next host too (only the parked claim's process has one;
+                # either process answers /healthz): a claim parked through it wakes at once.
+                # An enqueue before that is heard by no one: the reconnection wakes every claim.
+                wait_until(lambda: "listener reconnected" in broker.output(), 15, 0.05,
+                           "the wake-up listener on the next host")  # fmt: skip
                 sent = _enqueue_as_a_producer(base, "woken")
                 woken.join(30)
                 accepted = [key for *_, status, key in enqueuers.answers if status in (200, 201)]
