@@ -28,15 +28,26 @@ pytestmark = [pytest.mark.postgres, pytest.mark.serial]  # a latency bound
 STALE = 6
 
 
+def _server() -> tuple[str, int]:
+    """Where the test database's PostgreSQL is: (host, port)."""
+    s = connection.settings_dict
+    return s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)
+
+
+def _params(name: str, host: str, port: int) -> dict[str, str]:
+    """Connection parameters for the test database through host:port, named `name` (so that
+    pg_stat_activity tells the connections apart)."""
+    s = connection.settings_dict
+    return {"host": host, "port": str(port), "user": s["USER"], "dbname": s["NAME"],
+            "application_name": name}  # fmt: skip
+
+
 @contextmanager
 def _pool(size: int) -> Iterator[tuple[dict[str, str], ConnectionPool]]:
     """A pool of `size` built as production builds it (GatedConnection, check_if_disturbed),
     its connections named so that pg_stat_activity tells them apart, and full: (their
     parameters, pool), closed after."""
-    s = connection.settings_dict
-    name = f"ha_pool_{uuid.uuid4().hex[:8]}"
-    params = {"host": s["HOST"] or "127.0.0.1", "port": str(s["PORT"] or 5432), "user": s["USER"],
-              "dbname": s["NAME"], "application_name": name}  # fmt: skip
+    params = _params(f"ha_pool_{uuid.uuid4().hex[:8]}", *_server())
     dbpool.reconnect_every(0.2)
     pool = ConnectionPool(kwargs=params, min_size=size, max_size=size, open=True,
                           connection_class=GatedConnection,
@@ -181,9 +192,8 @@ def _listening(settings: Any, port: int) -> Iterator[tuple[Waiter, list[bool]]]:
 
 
 def _sibling_params(port: int) -> dict[str, str]:
-    s = connection.settings_dict
-    return {"host": "127.0.0.1", "port": str(port), "user": s["USER"], "dbname": s["NAME"],
-            "application_name": "sibling"}  # fmt: skip
+    """A sibling's connection to the server the listener of `_listening(port)` is on."""
+    return _params("sibling", "127.0.0.1", port)
 
 
 def _notify(port: int, payload: str) -> None:
@@ -197,7 +207,7 @@ def test_listener__the_node_lost_a_connection_to_its_server__reconnects_no_wake_
     # A backend lost on a healthy server (an idle timeout, a terminated one): the listener
     # reconnects, but its old connection heard everything meanwhile, so no parked claim is
     # woken (ten thousand claim queries for nothing), and nothing answers 503.
-    port = int(connection.settings_dict["PORT"] or 5432)
+    _, port = _server()
     with _listening(settings, port) as (waiter, away):
         dbgate._node_loss.record(time.monotonic(), 1)  # a connection to another server lost
         time.sleep(0.5)
@@ -217,8 +227,7 @@ def test_listener__its_host_vanished__reconnects_at_once_and_wakes_every_parked_
     # Its host vanished (the proxy's open connections go silent; new ones reach the server, as
     # the next host of a multi-host URL): an idle LISTEN would learn nothing for 11 s, while the
     # writes back on the next host send NOTIFYs it does not hear. The node's loss tells it.
-    s = connection.settings_dict
-    with proxy_to(s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)) as proxy:
+    with proxy_to(*_server()) as proxy:
         with _listening(settings, proxy.port) as (waiter, away):
             proxy.freeze()
             _notify(proxy.port, "q:1")  # unheard: sent to a server the listener lost
