@@ -2,10 +2,11 @@
 
 Names BENCH_QUEUES (default 20,000) queues, one task each, on a fresh PostgreSQL database, then
 times the reads that see every queue (`/stats`, `/metrics`, `/stats/history` with and without
-`?queue=`, the dashboard's data and page, `GET /queues`, `GET /queues/{name}`) and measures the
-sweeper's CPU (its own and its database backends') while nothing moves: first with a handful of
-queues, then with every task still ready, then after every task was claimed and acked. Prints one
-line per reading (median and worst of BENCH_READS calls, answer size). Not a test.
+`?queue=`, the dashboard's data and page, `GET /queues`, `GET /queues/{name}`, admin's queue
+list) and measures the sweeper's CPU (its own and its database backends') while nothing moves:
+first with one queue, then with every task still ready, then after every task was claimed and
+acked; last, empty claims beside a settings row per queue (which admin's queue list makes).
+Prints one line per reading (median and worst of BENCH_READS calls, answer size). Not a test.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import psycopg
@@ -36,7 +36,8 @@ def name_queues(port: int) -> float:
     c = Conn(port)
     t0 = time.perf_counter()
     for first in range(0, QUEUES, BATCH):
-        jobs = [{"payload": i, "queue": f"q{i:05d}"} for i in range(first, min(QUEUES, first + BATCH))]
+        last = min(QUEUES, first + BATCH)
+        jobs = [{"payload": i, "queue": f"q{i:05d}"} for i in range(first, last)]
         status, _ = c.call("POST", "/jobs/batch", {"jobs": jobs})
         assert status == 201, status
     return time.perf_counter() - t0
@@ -79,6 +80,7 @@ def time_reads(base: str, session: requests.Session, label: str) -> None:
         "/queues/q00007",
         "/dashboard/data.json",
         "/dashboard/",
+        "/admin/broker/queue/",
     ]
     print(f"-- {label}")
     for path in paths:
@@ -92,6 +94,30 @@ def time_reads(base: str, session: requests.Session, label: str) -> None:
             f"   {path:55s} {status}  median {statistics.median(took):8.1f} ms"
             f"  max {max(took):8.1f} ms  {size / 1024:9.1f} KiB"
         )
+
+
+def time_claims(port: int, label: str, n: int = 50) -> None:
+    """Empty claims (wait_ms=0): each asks whether a restricted queue is in its scope."""
+    c = Conn(port)
+    took = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        status, _ = c.call("GET", "/jobs/next?wait_ms=0")
+        took.append((time.perf_counter() - t0) * 1000)
+        assert status == 204, status
+    print(f"-- {label}: empty claim median {statistics.median(took):.2f} ms, max {max(took):.2f}")
+
+
+def counter_rows_left(dsn: str, within_s: float) -> int:
+    """Wait (up to `within_s`) for the sweeper to retire the counter rows of the emptied queues;
+    how many rows are left."""
+    end = time.monotonic() + within_s
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            (rows,) = conn.execute("SELECT count(*) FROM broker_queuecounter").fetchone()
+            if rows <= 100 or time.monotonic() > end:
+                return int(rows)
+            time.sleep(1)
 
 
 def backends(dsn: str) -> list[psutil.Process]:
@@ -149,7 +175,8 @@ def main() -> None:
         )  # fmt: skip
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        web = start([str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"], env, out / "mq-web.log")
+        gunicorn = [str(VENV_BIN / "gunicorn"), "-b", f"127.0.0.1:{port}"]
+        web = start(gunicorn, env, out / "mq-web.log")
         sweeper = start([sys.executable, "manage.py", "runsweeper"], env, out / "mq-sweeper.log")
         try:
             wait_healthy(port)
@@ -166,9 +193,12 @@ def main() -> None:
             t0 = time.perf_counter()
             claim_and_ack_all(port)
             print(f"-- claimed and acked them all in {time.perf_counter() - t0:.2f} s")
-            time.sleep(5)
+            t0 = time.perf_counter()
+            rows = counter_rows_left(dsn, 120)
+            print(f"-- {rows} counter rows left {time.perf_counter() - t0:.1f} s later")
             time_reads(base, session, f"{QUEUES} queues, every task acked")
             sweeper_idle(dsn, sweeper, f"{QUEUES} queues, nothing live")
+            time_claims(port, f"{QUEUES} queues, each with a settings row (admin's list made them)")
         finally:
             stop(sweeper)
             stop(web)

@@ -170,7 +170,7 @@ def newest_first(
     limit = query_int(params, "limit", default, minimum=1, cap=cap)
     rows = rows.order_by("-pk")
     cursor = params.get("cursor")
-    if cursor:
+    if cursor is not None:  # given empty, a bad value like any other (API.md, Errors)
         after = task_id(cursor)
         if after is None:
             raise ValidationFailed({"cursor": ["Not a cursor this API gave out."]})

@@ -1,10 +1,14 @@
 """Recording history, from the sweeper: the counter rows' change since the last recording goes
-into the current minute (with a sample of the gauges); finished hours are compacted from their
-minutes; points past keeping are pruned. Each happens once, however many sweepers run: all of it
-is one transaction holding the lock of the one HistoryClock row.
+into the current minute (with a sample of the gauges), for each queue that moved and for all
+queues together (sql.ALL_QUEUES); finished hours are compacted from their minutes; points past
+keeping are pruned; queues left with no task have their counter rows retired (counters.retire).
+Each happens once, however many sweepers run: all of it is one transaction holding the lock of
+the one HistoryClock row.
 
 Nothing here runs on the hot path: the moves already keep the counter rows, and a recording
-reads them once for every queue (one statement) at most once a second.
+reads them (one statement, whose answer is the queues that moved) at most once a second. Once
+retired, a queue costs a recording nothing: an idle sweeper's work does not grow with the
+queues clients ever named.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from broker.history import sql
-from broker.models import HISTORY_COLUMNS, HISTORY_GAUGES, HistoryClock
+from broker.models import HISTORY_COLUMNS, HISTORY_GAUGES, HistoryClock, HistoryMark
+from broker.queue import counters, names
 from broker.queue.base import aware, current_time
 
 MINUTE, HOUR = 60, 3600
@@ -42,12 +47,14 @@ def bucket(at: datetime, step: int) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """What one recording wrote: points of the minute, hours compacted, points pruned."""
+    """What one recording wrote: points of the minute, hours compacted, points pruned, queues
+    retired."""
 
     at: datetime
     points: int
     compacted: int = 0
     pruned: int = 0
+    retired: int = 0
 
 
 def record(*, force: bool = False) -> Recorded | None:
@@ -69,7 +76,8 @@ def record(*, force: bool = False) -> Recorded | None:
         # Never back in time, whatever a host's clock says: a compacted hour stays whole.
         at = max(now, last) if last is not None else now
         new_minute = last is None or bucket(last, MINUTE) != bucket(at, MINUTE)
-        points = _record_minute(bucket(at, MINUTE), new_minute)
+        points, emptied = _record_minute(bucket(at, MINUTE), new_minute)
+        retired = _retire(emptied)
         hour = bucket(at, HOUR)
         compacted = 0
         if compacted_until is None or compacted_until < hour:
@@ -79,7 +87,7 @@ def record(*, force: bool = False) -> Recorded | None:
         HistoryClock.objects.filter(pk=_CLOCK_PK).update(
             recorded_at=at, compacted_until=compacted_until
         )
-    return Recorded(at, points, compacted, pruned)
+    return Recorded(at, points, compacted, pruned, retired)
 
 
 def _recent(now: datetime) -> bool:
@@ -115,31 +123,59 @@ def _rows(statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _record_minute(minute: datetime, new_minute: bool) -> int:
+def _record_minute(minute: datetime, new_minute: bool) -> tuple[int, dict[str, Values]]:
     """Add each queue's change since its mark to the minute's point, sample its gauges, move
-    its mark. A queue gets a point when it moved or its gauges changed, and once a minute while
-    it holds tasks (so every minute of a busy queue has its gauges)."""
-    live = {queue: tuple(int(v or 0) for v in values) for queue, *values in _rows(sql.LIVE)}
-    marks = {queue: tuple(values) for queue, *values in _rows(sql.READ_MARKS)}
-    zero = (0,) * len(HISTORY_COLUMNS)
+    its mark. A queue gets a point when it moved or its gauges changed; all queues' series also
+    once a minute while any task is held (so every minute has the gauges of all). Returns the
+    points written, and the queues that hold no task with their new marks."""
+    width = len(HISTORY_COLUMNS)
     points: list[tuple[Any, ...]] = []
     moved_marks: list[tuple[Any, ...]] = []
+    emptied: dict[str, Values] = {}
     at = db_time(minute)
-    for queue, now in sorted(live.items()):
-        mark = marks.get(queue, zero)
+    for queue, *values in sorted(_rows(sql.RECORDING, [counters.RETIRED])):
+        now = tuple(int(v or 0) for v in values[:width])
+        mark = tuple(int(v or 0) for v in values[width:])
         change = tuple(
             v if i in GAUGE_AT else v - m for i, (v, m) in enumerate(zip(now, mark, strict=True))
         )
         counted = any(c for i, c in enumerate(change) if i not in GAUGE_AT)
         gauges_moved = any(now[i] != mark[i] for i in GAUGE_AT)
         holding = any(now[i] for i in GAUGE_AT)
-        if counted or gauges_moved or (new_minute and holding):
+        sampled = queue == sql.ALL_QUEUES and new_minute and holding
+        if counted or gauges_moved or sampled:
             points.append((MINUTE, queue, at, *change))
         if counted or gauges_moved:
             moved_marks.append((queue, *now))
+        if not holding and queue not in (sql.ALL_QUEUES, counters.RETIRED):
+            emptied[queue] = now
     _write(sql.add_to_points, points)
     _write(sql.set_marks, moved_marks)
-    return len(points)
+    return len(points), emptied
+
+
+def _retire(emptied: dict[str, Values]) -> int:
+    """Retire the counter rows of queues that hold no task (counters.retire checks they still
+    add up to their marks, just set): their counts go to the RETIRED rows and their marks to
+    its mark, so no series' next change moves. Their names are listed first (queue.names), so
+    the list of queues keeps them."""
+    if not emptied:
+        return 0
+    names.catch_up()
+    retired = counters.retire(
+        {q: dict(zip(HISTORY_COLUMNS, v, strict=True)) for q, v in emptied.items()}
+    )
+    if retired:
+        names.named_by_tasks(retired)
+        mark = (
+            HistoryMark.objects.filter(queue=counters.RETIRED).values_list(*HISTORY_COLUMNS).first()
+        ) or (0,) * len(HISTORY_COLUMNS)
+        added = [sum(r[c] for r in retired.values()) for c in HISTORY_COLUMNS]
+        _write(
+            sql.set_marks, [(counters.RETIRED, *(m + a for m, a in zip(mark, added, strict=True)))]
+        )
+        HistoryMark.objects.filter(queue__in=list(retired)).delete()
+    return len(retired)
 
 
 def _compact(since: datetime, until: datetime) -> int:

@@ -29,7 +29,7 @@ from broker.queue.base import (
     Outcome,
     Settle,
 )
-from broker.queue.counters import fold_deltas, gauges, stats, totals
+from broker.queue.counters import fold_deltas, gauges, live_queues, queue_gauges, stats, totals
 from broker.queue.deadletters import (
     cancel,
     cancel_many,
@@ -90,6 +90,7 @@ __all__ = [
     "gauges",
     "hold_reclaims",
     "limit_receives",
+    "live_queues",
     "nack",
     "nack_many",
     "pending",
@@ -97,6 +98,7 @@ __all__ = [
     "promote_delayed",
     "prune_finished",
     "prune_holds",
+    "queue_gauges",
     "reclaim_expired",
     "release",
     "release_many",

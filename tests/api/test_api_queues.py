@@ -205,6 +205,7 @@ def test_queues__created_over_sqs__listed_before_its_first_message(api_client) -
     now = timezone.now()
     SqsQueue.objects.create(name="orders", created_at=now, updated_at=now)
     assert api_client.get("/queues").json() == {
-        "results": [{"name": "orders", **PLAIN, **EMPTY}], "next": None,
+        "results": [{"name": "orders", **PLAIN, **EMPTY}],
+        "next": None,
     }
     assert api_client.get("/queues/orders").status_code == 200
