@@ -39,14 +39,15 @@ _TOLD = (
     f" FROM ({_rows(columns=', '.join(_TELLING))}) AS u GROUP BY queue"
 )
 # What a recording looks at, beside each series' mark: all queues, the queues that moved since
-# their mark, and those holding no task (but RETIRED, %s) whose rows it then retires. One
-# statement: the database tells which queues moved from a few columns, then sums theirs whole;
-# a queue holding tasks that did not move is not sent, so what the recorder handles grows with
-# the queues that move, not with those that sit.
+# their mark, and those holding no task that last moved before %(idle)s (but RETIRED, %(retired)s),
+# whose rows it then retires. One statement: the database tells which queues moved from a few
+# columns, then sums theirs whole; a queue that did not move is not sent, so what the recorder
+# handles grows with the queues that move, not with those that sit.
 _MOVED = (
     f"SELECT t.queue FROM ({_TOLD}) AS t LEFT JOIN {MARKS} AS m ON m.queue = t.queue"
     f" WHERE m.queue IS NULL OR {' OR '.join(f't.{c} <> m.{c}' for c in _TELLING)}"
-    f" OR (t.queue <> %s AND {' AND '.join(f't.{c} = 0' for c in HISTORY_GAUGES)})"
+    f" OR (t.queue <> %(retired)s AND {' AND '.join(f't.{c} = 0' for c in HISTORY_GAUGES)}"
+    " AND (m.moved_at IS NULL OR m.moved_at < %(idle)s))"
 )
 RECORDING = (
     f"SELECT l.queue, {', '.join(f'l.{c}' for c in HISTORY_COLUMNS)},"
@@ -57,16 +58,17 @@ RECORDING = (
 )
 
 
-def _upsert(table: str, keys: str, rows: int, *, add_counts: bool) -> str:
-    """Write `rows` rows (*keys, *HISTORY_COLUMNS) of `table`; a row already there gets the new
-    values, or with `add_counts` its counts added to and its gauges replaced."""
-    marks = ", ".join(["%s"] * (len(HISTORY_COLUMNS) + keys.count(",") + 1))
+def _upsert(table: str, keys: str, rows: int, *, add_counts: bool, also: str = "") -> str:
+    """Write `rows` rows (*keys, *HISTORY_COLUMNS[, also]) of `table`; a row already there gets
+    the new values, or with `add_counts` its counts added to and its gauges replaced."""
+    columns = (*HISTORY_COLUMNS, also) if also else HISTORY_COLUMNS
+    marks = ", ".join(["%s"] * (len(columns) + keys.count(",") + 1))
     updates = ", ".join(
         f"{c} = t.{c} + excluded.{c}" if add_counts and c not in _GAUGES else f"{c} = excluded.{c}"
-        for c in HISTORY_COLUMNS
+        for c in columns
     )
     return (
-        f"INSERT INTO {table} AS t ({keys}, {_ALL}) VALUES "
+        f"INSERT INTO {table} AS t ({keys}, {', '.join(columns)}) VALUES "
         + ", ".join([f"({marks})"] * rows)
         + f" ON CONFLICT ({keys}) DO UPDATE SET {updates}"
     )
@@ -83,8 +85,8 @@ def set_points(rows: int) -> str:
 
 
 def set_marks(rows: int) -> str:
-    """Set `rows` queues' marks (queue, *HISTORY_COLUMNS)."""
-    return _upsert(MARKS, "queue", rows, add_counts=False)
+    """Set `rows` queues' marks (queue, *HISTORY_COLUMNS, moved_at)."""
+    return _upsert(MARKS, "queue", rows, add_counts=False, also="moved_at")
 
 
 # The minutes of the hours to compact, oldest first (the last of each queue's hour has its

@@ -18,7 +18,8 @@ _NAMED = (
 
 def _history_columns(apps):
     point = apps.get_model("broker", "HistoryPoint")
-    return [f.column for f in point._meta.concrete_fields if f.column not in ("id", "step", "queue", "at")]
+    skipped = ("id", "step", "queue", "at")
+    return [f.column for f in point._meta.concrete_fields if f.column not in skipped]
 
 
 def forward(apps, schema_editor):
@@ -70,6 +71,11 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name='queue',
             index=models.Index(condition=models.Q(('paused', True), ('max_in_flight__isnull', False), ('rate_per_s__isnull', False), ('fair', True), ('key_max_in_flight__isnull', False), _connector='OR'), fields=['name'], name='queue_restricted_idx'),
+        ),
+        migrations.AddField(
+            model_name='historymark',
+            name='moved_at',
+            field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.RunPython(forward, backward),
     ]

@@ -32,12 +32,21 @@ def at_start(monkeypatch) -> Clock:
     return c
 
 
+def sweep_till_retired(clock: Clock, n: int) -> None:
+    """Sweeps that record the queues' last moves, then, once idle RETIRE_AFTER, retire them
+    (a batch a recording)."""
+    sweep_once(record_now=True)
+    clock.advance(recorder.RETIRE_AFTER.total_seconds() * 1000 + 1000)
+    for _ in range(n // counters.RETIRE_BATCH + 1):
+        sweep_once(record_now=True)
+        clock.advance(1000)
+
+
 def test_sweep__many_queues_all_done__their_counter_rows_and_marks_go(at_start) -> None:
     name_queues(MANY)
     finish_all()
     before = queue.stats()
-    for _ in range(MANY // counters.RETIRE_BATCH):  # each recording retires a batch
-        sweep_once(record_now=True)
+    sweep_till_retired(at_start, MANY)
     assert QueueCounter.objects.count() <= COUNTER_SHARDS
     assert HistoryMark.objects.count() <= 2  # all queues', and that of the queues emptied
     after = queue.stats()
@@ -51,16 +60,26 @@ def test_sweep__idle__rows_fetched_do_not_grow_with_queues_that_held_tasks(at_st
     def idle_sweep(prefix: str, n: int) -> int:
         name_queues(n, prefix)
         finish_all()
-        for _ in range(n // counters.RETIRE_BATCH + 1):  # each recording retires a batch
-            at_start.advance(1000)
-            sweep_once(record_now=True)
-        at_start.advance(1000)
+        sweep_till_retired(at_start, n)
         with rows_fetched() as seen:
             sweep_once(record_now=True)
         return seen.rows
 
     few = idle_sweep("few", 20)
     assert idle_sweep("many", MANY) == few
+
+
+def test_sweep__queue_emptied_lately__its_rows_kept_till_idle_a_while(at_start) -> None:
+    name_queues(3)
+    finish_all()
+    sweep_once(record_now=True)
+    at_start.advance(recorder.RETIRE_AFTER.total_seconds() * 1000 - 1000)
+    sweep_once(record_now=True)
+    assert QueueCounter.objects.filter(queue="q00001").exists()
+    at_start.advance(2000)
+    sweep_once(record_now=True)
+    assert not QueueCounter.objects.filter(queue="q00001").exists()
+    assert HistoryMark.objects.filter(queue="q00001").count() == 0
 
 
 def test_record__many_queues_holding_idle__one_point_a_minute_rows_bounded(at_start) -> None:
