@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from contract.wording import counted, nouned
 from workers import producer
 from workers.client import BrokerClient
 from workers.management.commands._common import (
@@ -109,4 +110,8 @@ class Command(BrokerCommand):
             self.stderr.write("", style_func=str, ending="\n")
         self.stdout.write(summary.line())
         if not summary.ok:
-            raise CommandError(f"{n - summary.sent} of {n} tasks were not accepted", returncode=1)
+            missed = n - summary.sent
+            verb = nouned(missed, "was", "were")
+            raise CommandError(
+                f"{missed} of {counted(n, 'task')} {verb} not accepted", returncode=1
+            )
