@@ -1,6 +1,7 @@
 // The queue dashboard: polls /dashboard/data.json, fills the page, and plots per-second rates.
-// Rates come from successive snapshots of the lifetime totals, kept here for the last 5 minutes:
-// the server keeps no history.
+// Rates come from successive snapshots of the lifetime totals, kept here for the last 5 minutes.
+// The page holds only the parts the user's admin permissions let them view: each part is
+// filled when it is there.
 "use strict";
 
 (function () {
@@ -79,6 +80,7 @@
 
   // Per keyed queue, its busiest keys (the server counts them every few seconds).
   function renderKeys(snap) {
+    if (!$("#keys-panel")) return;
     const perQueue = snap.top_keys || {};
     const names = Object.keys(perQueue).sort();
     $("#keys-panel").hidden = names.length === 0;
@@ -124,18 +126,26 @@
   }
 
   function render(snap) {
+    $("#updated-at").textContent = new Date(snap.now_ms).toLocaleTimeString();
+    renderCounts(snap);
+    renderErrors(snap);
+    renderRunning(snap);
+    renderKeys(snap);
+  }
+
+  function renderCounts(snap) {
+    const badge = $("#invariant");
+    if (!badge || !snap.invariant) return;
     for (const el of $$("[data-gauge]")) el.textContent = fmt(snap.gauges[el.dataset.gauge] ?? 0);
     for (const el of $$("[data-total]")) el.textContent = fmt(snap.totals[el.dataset.total] ?? 0);
 
     const inv = snap.invariant;
-    const badge = $("#invariant");
     badge.textContent = inv.healthy ? "Invariant holds" : "Invariant broken";
     badge.classList.toggle("healthy", inv.healthy);
     badge.classList.toggle("broken", !inv.healthy);
     $("#inv-left").textContent = fmt(inv.nacked_plus_reclaimed);
     $("#inv-right").textContent = fmt(inv.retried_plus_buried);
     $("#oldest-ready").textContent = fmtAge(snap.oldest_ready_age_s);
-    $("#updated-at").textContent = new Date(snap.now_ms).toLocaleTimeString();
 
     const body = $("#queue-table tbody");
     const limits = snap.queue_settings || {};
@@ -152,8 +162,11 @@
     });
     if (!rows.length) rows.push(emptyRow("No live tasks in any queue.", 6));
     body.replaceChildren(...rows);
+  }
 
+  function renderErrors(snap) {
     const list = $("#top-errors");
+    if (!list) return;
     list.replaceChildren(
       ...snap.top_errors.map((e) => {
         const li = document.createElement("li");
@@ -167,8 +180,6 @@
       })
     );
     $("#no-errors").hidden = snap.top_errors.length > 0;
-    renderRunning(snap);
-    renderKeys(snap);
   }
 
   function fmtFor(ms) {
@@ -201,6 +212,7 @@
   }
 
   function renderRunning(snap) {
+    if (!$("#running-table")) return;
     const running = snap.running || [];
     const total = snap.gauges.handed_out || 0;
     $("#running-count").textContent =
@@ -223,6 +235,7 @@
   }
 
   function record(snap) {
+    if (!("enqueued" in snap.totals)) return; // counts are not the user's to view
     const t = snap.now_ms;
     const cur = {
       t,
@@ -254,6 +267,7 @@
 
   function draw() {
     const canvas = document.getElementById("rate-plot");
+    if (!canvas) return;
     const style = getComputedStyle(root);
     const ratio = window.devicePixelRatio || 1;
     const width = canvas.clientWidth;
