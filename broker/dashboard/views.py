@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from broker import queue, queues
 from broker.api.errors import ValidationFailed, error_body
-from broker.dashboard import keys
+from broker.dashboard import charts, keys
 from broker.dashboard.access import Sight
 from broker.history import reading
 from broker.history.views import parse_range
@@ -68,11 +68,23 @@ def index(request: HttpRequest) -> HttpResponse:
         "dlq_url": reverse("admin:broker_deadtask_changelist"),
         "blocked_url": reverse("admin:broker_task_changelist") + "?state__exact=blocked",
         "history_url": reverse("dashboard:history"),
-        "queue_names": queues.names() if sight.counts else [],
-        # The last hour, drawn at once: a reload shows the past, not an empty chart.
-        "initial_history": history_answer({}) if sight.counts else None,
     }
+    if sight.counts:
+        context.update(_charts(charts.Asked.of(request.GET)))
     return render(request, "dashboard/index.html", context)
+
+
+def _charts(asked: charts.Asked) -> dict[str, Any]:
+    """The history charts as the URL asks (range, queue), and the points both kinds of chart
+    start from: a reload shows the past at once, not an empty chart."""
+    names = queues.names()
+    return {
+        "asked": asked,
+        "queue_names": names if not asked.queue or asked.queue in names else [*names, asked.queue],
+        "ranges": charts.RANGES,
+        "initial_history": charts.history(asked),
+        "recent_history": charts.recent(),
+    }
 
 
 @_staff_json

@@ -1,5 +1,6 @@
 // The queue dashboard: polls /dashboard/data.json, fills the page, and plots per-second rates.
-// Rates come from successive snapshots of the lifetime totals, kept here for the last 5 minutes.
+// Rates come from successive snapshots of the lifetime totals, kept here for the last 5 minutes;
+// a new page starts from the minutes of history embedded in it, so a reload is not a blank chart.
 // The page holds only the parts the user's admin permissions let them view: each part is
 // filled when it is there.
 "use strict";
@@ -257,6 +258,22 @@
     for (const el of $$("[data-rate]")) el.textContent = fmtRate(latest && latest[el.dataset.rate]);
   }
 
+  // The window's whole minutes from the broker's history (every queue), one point each at the
+  // minute's end: its counts over 60 s. A minute in which nothing was recorded is 0.
+  function seed(recent, nowMs) {
+    const byAt = new Map(recent.map((p) => [Date.parse(p.at), p]));
+    const first = Math.ceil((nowMs - WINDOW_MS) / 60000) * 60000;
+    for (let start = first; start + 60000 <= nowMs; start += 60000) {
+      const p = byAt.get(start) || { enqueued: 0, acked: 0, nacked: 0, reclaimed: 0 };
+      points.push({
+        t: start + 60000,
+        enqueued: p.enqueued / 60,
+        acked: p.acked / 60,
+        failed: (p.nacked + p.reclaimed) / 60,
+      });
+    }
+  }
+
   // A round grid step (1, 2, 2.5 or 5 times a power of ten) giving at most about 4 lines.
   function niceStep(top) {
     const raw = Math.max(top, 1) / 4;
@@ -268,6 +285,8 @@
   function draw() {
     const canvas = document.getElementById("rate-plot");
     if (!canvas) return;
+    canvas.dataset.points = String(points.length);
+    canvas.dataset.from = points.length ? String(points[0].t) : "";
     const style = getComputedStyle(root);
     const ratio = window.devicePixelRatio || 1;
     const width = canvas.clientWidth;
@@ -374,6 +393,8 @@
   }
 
   const initial = JSON.parse(document.getElementById("dashboard-initial").textContent);
+  const recent = document.getElementById("rates-initial");
+  if (recent) seed(JSON.parse(recent.textContent), initial.now_ms);
   render(initial);
   record(initial);
   draw();
