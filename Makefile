@@ -20,18 +20,17 @@ $(STAMP): requirements.txt requirements-dev.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The broker on :8080 (gunicorn.conf.py) and the sweeper, in the foreground; Ctrl-C stops both.
-# Development mode unless the environment says otherwise: DEBUG on (so the public dev SECRET_KEY),
-# listening on loopback only, since the API is open and DEBUG pages show internals.
+# The broker on :8080 (gunicorn.conf.py) and the sweeper, in the foreground (queueproject/
+# devserver.py): it prints the address to open once the broker listens; Ctrl-C stops both and
+# ends make with status 0. Development mode unless the environment says otherwise: DEBUG on (so
+# the public dev SECRET_KEY), listening on loopback only, since the API is open and DEBUG pages
+# show internals.
 run: export DEBUG ?= True
 run: export BROKER_BIND ?= 127.0.0.1:8080
 run: export LOG_LEVEL ?= INFO
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
-	@trap 'kill $$SWEEPER $$WEB 2>/dev/null; wait' INT TERM EXIT; \
-	$(PY) manage.py runsweeper & SWEEPER=$$!; \
-	$(VENV)/bin/gunicorn & WEB=$$!; \
-	wait -n $$SWEEPER $$WEB
+	@exec $(PY) -m queueproject.devserver
 
 # Every test the database allows: DATABASE_URL if set, else a fresh database on the local
 # PostgreSQL when one answers, else SQLite (PostgreSQL-only tests then skip, saying why). In

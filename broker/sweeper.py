@@ -22,6 +22,7 @@ from broker.models import Task, Workflow
 from broker.queue import keys
 from broker.queue.base import current_time
 from broker.sqs import dedup, extras
+from contract.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,8 @@ def sweep_once(batch: int = 500, *, record_now: bool = False, housekeeping: bool
         pass
     pruned = _housekeeping(batch, record_now) if housekeeping else 0
     if reclaimed or promoted or pruned or fired:
-        log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %d schedules",
-                 reclaimed, promoted, pruned, fired)  # fmt: skip
+        log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %s",
+                 reclaimed, promoted, pruned, counted(fired, "schedule"))  # fmt: skip
     return Sweep(reclaimed, promoted, pruned, fired)
 
 

@@ -102,11 +102,10 @@ def list_tasks(
     tasks: Any,
     allow_filters: tuple[str, ...] = ("state", "queue", "type", "workflow", "key"),
 ) -> Response:
-    params = request.GET
     filters: dict[str, Any] = {}
     for name in allow_filters:
-        value = params.get(name)
-        if value:
+        value = parsing.query_text(request.GET, name)
+        if value is not None:
             filters[name] = value
     if "state" in filters and filters["state"] not in State.values:
         raise ValidationFailed({"state": [f"Must be one of {', '.join(State.values)}."]})

@@ -142,6 +142,19 @@ def parse_enqueue(data: Any) -> NewTask:
 # -- query strings ----------------------------------------------------------------------------
 
 
+# A filter given empty (`?key=`) is refused, not read as "no filter": a client whose variable came
+# out empty would otherwise list every task (or drain every queue) instead of hearing about it.
+GIVEN_EMPTY = "Given empty: give a value, or leave the parameter out."
+
+
+def query_text(params: Any, name: str) -> str | None:
+    """A query parameter as given; None when left out, a 400 naming it when given empty."""
+    raw = params.get(name)
+    if raw == "":
+        raise ValidationFailed({name: [GIVEN_EMPTY]})
+    return raw
+
+
 def query_int(
     params: Any, name: str, default: int, *, minimum: int = 0, cap: int | None = None
 ) -> int:
@@ -169,8 +182,8 @@ def newest_first(
     params = request.GET
     limit = query_int(params, "limit", default, minimum=1, cap=cap)
     rows = rows.order_by("-pk")
-    cursor = params.get("cursor")
-    if cursor:
+    cursor = query_text(params, "cursor")
+    if cursor is not None:
         after = task_id(cursor)
         if after is None:
             raise ValidationFailed({"cursor": ["Not a cursor this API gave out."]})
