@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, F, Func, IntegerField, QuerySet, Window
+from django.db.models import Count, F, QuerySet, Window
 from django.db.models.functions import Coalesce, Length, RowNumber, Substr
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,6 +18,7 @@ from broker.api.representation import ShownError, listed_task
 from broker.exceptions import TaskNotFound
 from broker.models import Task, TaskError
 from broker.queue import dependencies
+from broker.queue.sizing import Bytes
 from broker.states import State
 from contract.limits import DEFAULT_PAGE_SIZE as DEFAULT_LIMIT
 from contract.limits import LISTED_ERROR_CHARS, MAX_ANSWER_BYTES, MAX_KEY
@@ -57,23 +58,10 @@ def _with_errors(tasks: list[Task], shown: Shown) -> list[dict[str, Any]]:
     ]
 
 
-class _Bytes(Func):
-    """A text's size in bytes (PostgreSQL reads it from the value's header: nothing is
-    detoasted, whatever its size)."""
-
-    function = "OCTET_LENGTH"
-    output_field = IntegerField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(
-            compiler, connection, template="LENGTH(CAST(%(expressions)s AS BLOB))", **extra
-        )
-
-
 # What a task's stored JSON adds to a page: its payload, result and checkpoint go out as stored.
 _STORED = (
-    Coalesce(_Bytes("payload"), 0) + Coalesce(_Bytes("result"), 0)
-    + Coalesce(_Bytes("checkpoint"), 0)
+    Coalesce(Bytes("payload"), 0) + Coalesce(Bytes("result"), 0)
+    + Coalesce(Bytes("checkpoint"), 0)
 )  # fmt: skip
 
 
