@@ -84,6 +84,7 @@ MAX_SCHEDULE_NAME = 64
 SCHEDULE_NAME_RULE = f"[A-Za-z0-9_.-]{{1,{MAX_SCHEDULE_NAME}}}"
 SCHEDULE_NAME_RE = re.compile(SCHEDULE_NAME_RULE)
 MAX_EVERY_S = 366 * 24 * 3600
+DEFAULT_MAX_SCHEDULES = 10_000  # BROKER_MAX_SCHEDULES' default: how many schedules may exist
 MAX_CRON = 255
 # The longest IANA zone name is 32 characters (America/Argentina/ComodRivadavia).
 MAX_TIMEZONE = 64
