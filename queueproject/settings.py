@@ -268,6 +268,8 @@ BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 # How long GET /stats/history keeps its points: one-minute ones (two days), hourly ones (90 days).
 BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", 2880, least=0)
 BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", 2160, least=0)
+# How many schedules may exist: one more is a 400 (0: none may be made).
+BROKER_MAX_SCHEDULES = _whole("BROKER_MAX_SCHEDULES", limits.DEFAULT_MAX_SCHEDULES, least=0)
 BROKER_MAX_BODY_BYTES = _whole("BROKER_MAX_BODY_BYTES", limits.DEFAULT_MAX_BODY_BYTES)
 # Django's own body cap (request.body refuses more) must not cut in below ours, nor below /sqs's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, limits.SQS_MAX_REQUEST_BYTES)

@@ -151,6 +151,8 @@ class ScheduleForm(forms.ModelForm):
         try:
             self.checked_body = body
             schedules.checked(body, current)
+            if current is None and (over := schedules.over_the_cap()):
+                raise schedules.ScheduleError(over)
         except schedules.ScheduleError as exc:
             for field, messages in exc.fields.items():
                 name = field.split(".", 1)[0]

@@ -192,9 +192,14 @@ def newest_first(
     if len(page) <= limit:
         return page, None
     page = page[:limit]
-    query = {k: v for k, v in params.items() if k != "cursor"}
-    query["cursor"] = str(page[-1].pk)
-    return page, request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
+    return page, page_after(request, page[-1].pk)
+
+
+def page_after(request: HttpRequest, last: int) -> str:
+    """The URL of the page that goes on after the item `last`: this one's, with its cursor."""
+    query = {k: v for k, v in request.GET.items() if k != "cursor"}
+    query["cursor"] = str(last)
+    return request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
 
 
 def queue_list(raw: str | None, name: str = "queue") -> list[str] | None:

@@ -265,16 +265,18 @@ def _write(updates: list[tuple[Any, ...]], now: datetime) -> None:
 # -- reading ----------------------------------------------------------------------------------
 
 
-def parents_of(children: Iterable[int]) -> dict[int, list[Parent]]:
-    """Per child, the tasks it named in `after`, in that order, with their state and result."""
+def parents_of(children: Iterable[int], results: bool = True) -> dict[int, list[Parent]]:
+    """Per child, the tasks it named in `after`, in that order, with their state and result
+    (None for every one with `results` False: they are not read)."""
     found: dict[int, list[Parent]] = defaultdict(list)
+    columns = ("child_id", "parent_id", "parent__state", *(("parent__result",) * results))
     rows = (
         Dependency.objects.filter(child_id__in=list(children), key_order=False)
         .order_by("child_id", "position")
-        .values_list("child_id", "parent_id", "parent__state", "parent__result")
+        .values_list(*columns)
     )
-    for child, parent, state, result in rows:
-        found[child].append(Parent(parent, state, result))
+    for child, parent, state, *result in rows:
+        found[child].append(Parent(parent, state, result[0] if result else None))
     return found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import uuid
@@ -17,7 +18,7 @@ from django.db.models import F
 from broker import observe
 from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
 from broker.models import Task
-from broker.queue import counters, dependencies, restricted, sql
+from broker.queue import counters, dependencies, restricted, sizing, sql
 from broker.queue.base import (
     ClaimedTask,
     Delivery,
@@ -57,9 +58,10 @@ def claim(
     """Hand out up to `limit` ready tasks, priority then oldest first: ready → handed_out.
 
     Nothing from a paused queue; from a limited one, no more than its settings allow (see
-    broker.queue.restricted). On PostgreSQL, SKIP LOCKED lets concurrent claimers pass each
-    other's rows instead of waiting; on SQLite the IMMEDIATE transaction holds the write lock
-    from BEGIN.
+    broker.queue.restricted). Of several, none past the one that takes the answer past
+    MAX_ANSWER_BYTES (broker.queue.sizing): those are not handed out. On PostgreSQL, SKIP LOCKED
+    lets concurrent claimers pass each other's rows instead of waiting; on SQLite the IMMEDIATE
+    transaction holds the write lock from BEGIN.
     """
     now = current_time()
     lease_id = uuid.uuid4().hex
@@ -74,7 +76,7 @@ def claim(
         else:
             found = _claim_generic(hand)
     if found is None:
-        found, retry_in = restricted.claim(hand)
+        found, retry_in = _claim_restricted(hand)
     tasks = [ClaimedTask(*row) for row in found]
     waited = [task.pk for task in tasks if task.after_policy is not None]
     parents = dependencies.parents_of(waited) if waited else {}
@@ -92,13 +94,25 @@ def claim(
     return claimed
 
 
+def _claim_restricted(hand: restricted.Hand) -> tuple[list[tuple[Any, ...]], float | None]:
+    """restricted.claim; taken again for fewer tasks (its transaction rolled back, nothing
+    handed out) when its answer would pass MAX_ANSWER_BYTES."""
+    while True:
+        try:
+            return restricted.claim(hand)
+        except sizing.Oversize as over:
+            hand = dataclasses.replace(hand, limit=over.keep)
+
+
 def _claim_pg(hand: restricted.Hand) -> list[tuple[Any, ...]] | None:
     """The claim as one statement; None when a restricted queue is in its scope."""
-    queues = hand.queues
+    queues, many = hand.queues, hand.limit > 1
     if not queues:
-        statement = sql.CLAIM_ANY
+        statement = sql.CLAIM_ANY_MANY if many else sql.CLAIM_ANY
+    elif len(queues) == 1:
+        statement = sql.CLAIM_ONE_QUEUE_MANY if many else sql.CLAIM_ONE_QUEUE
     else:
-        statement = sql.CLAIM_ONE_QUEUE if len(queues) == 1 else sql.CLAIM_QUEUES
+        statement = sql.CLAIM_QUEUES_MANY if many else sql.CLAIM_QUEUES
     params = {**hand.params(), "queue": queues[0] if queues else None}
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
@@ -115,7 +129,7 @@ def _claim_generic(hand: restricted.Hand) -> list[tuple[Any, ...]] | None:
             found = restricted.unless_gated(hand.queues, cursor.fetchall())
         if found is None:
             return None
-        return hand_out_generic(hand, found)
+        return hand_out_generic(hand, found[: sizing.fitting(found)])
 
 
 def hand_out_generic(hand: restricted.Hand, found: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

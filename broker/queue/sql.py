@@ -10,6 +10,7 @@ counters they move come from one table. Values always go as parameters.
 from __future__ import annotations
 
 from broker.queue.base import API_TIME_SQL, MAX_KEPT_ERRORS
+from broker.queue.sizing import DELIVERY_BYTES, NULL_BYTES, PARENT_BYTES
 from broker.queue.sqlparts import DELTA_TABLE, backoff, bucket, counted
 from broker.queue.sqlrelease import (
     RELEASE_EVENTS,
@@ -20,6 +21,7 @@ from broker.queue.sqlrelease import (
 )
 from broker.states import State
 from broker.wakeup import CHANNEL
+from contract.limits import MAX_ANSWER_BYTES
 
 __all__ = ["backoff"]  # for tests that hold the SQL backoff to states.backoff_ms
 
@@ -59,13 +61,29 @@ QUEUE_TABLE = "broker_queue"
 _MARKER = ", ".join(["NULL"] * len(CLAIM_COLUMNS))  # and NULL sort keys: it sorts last
 
 
-def _claim(picked: str, gate: str | None = None, prefix: str = "") -> str:
+# A delivery's size as broker.queue.sizing reckons it, of a broker_task row `t`: its stored JSON
+# (octet_length reads a value's header: nothing is detoasted) and the allowances.
+DELIVERY_SIZE = (
+    f"{DELIVERY_BYTES} + octet_length(t.payload)"
+    f" + coalesce(octet_length(t.checkpoint), {NULL_BYTES})"
+    " + CASE WHEN t.after_policy IS NULL THEN 0 ELSE (SELECT coalesce(sum("
+    f"{PARENT_BYTES} + coalesce(octet_length(p.result), {NULL_BYTES})), 0)"
+    " FROM broker_dependency d JOIN broker_task p ON p.id = d.parent_id"
+    " WHERE d.child_id = t.id AND NOT d.key_order) END"
+)
+
+
+def _claim(picked: str, gate: str | None = None, prefix: str = "", many: bool = False) -> str:
     """Hand out the rows `picked` selects (locked, in claim order) and count them.
 
     `gate` (a condition on broker_queue rows, the claim's scope): the claim takes nothing when a
     restricted queue is in its scope, and answers one extra row of NULLs to say so; the caller
     then takes the restricted path. One statement reads the settings and claims, so a pause is
     obeyed by every process from the instant it commits, and no process caches anything.
+
+    `many` (a claim of more than one): of the rows picked, only those before which the answer
+    has not passed MAX_ANSWER_BYTES (as broker.queue.sizing reckons it) are handed out; the
+    others are left as they were, ready.
     """
     returning = ", ".join(f"t.{c}" for c in CLAIM_COLUMNS)
     gated = (
@@ -77,14 +95,23 @@ def _claim(picked: str, gate: str | None = None, prefix: str = "") -> str:
     marker = (
         f" UNION ALL SELECT {_MARKER}, NULL, NULL FROM gate WHERE held" if gate is not None else ""
     )
+    fitting = (
+        "), fitting AS (SELECT id FROM (SELECT s.id, sum(s.size) OVER"
+        f" (ORDER BY s.priority, s.available_at, s.id) - s.size AS before FROM (SELECT t.id,"
+        f" t.priority, t.available_at, {DELIVERY_SIZE} AS size FROM picked"
+        f" JOIN broker_task t ON t.id = picked.id) AS s) AS f WHERE before <= {MAX_ANSWER_BYTES}"
+        if many
+        else ""
+    )
+    handed = "fitting AS picked" if many else "picked"
     return (
-        f"WITH {prefix}{gated}picked AS ({picked}"
+        f"WITH {prefix}{gated}picked AS ({picked}{fitting}"
         "), claimed AS ("
         # Saturated: a task with unlimited attempts must not overflow the smallint.
         " UPDATE broker_task t SET state = 'handed_out', attempts = least(t.attempts + 1, 32767),"
         " lease_id = %(lease_id)s, lease_deadline = %(deadline)s, claimed_at = %(now)s,"
         " worker = %(worker)s, updated_at = %(now)s"
-        f" FROM picked WHERE t.id = picked.id RETURNING {returning},"
+        f" FROM {handed} WHERE t.id = picked.id RETURNING {returning},"
         " 'ready'::text AS o, t.state AS n"
         f"), counted AS ({counted('claimed', ('claim',))})"
         f" SELECT {_OUT_NAMES} FROM ({_CLAIM_OUT}{marker}) AS out"
@@ -131,15 +158,20 @@ def _per_queue(source: str, limit: str) -> str:
     )
 
 
-# Each takes nothing (and says so) when a restricted queue is in its scope: see _claim.
-CLAIM_ANY = _claim(_pick(""), gate="")
-CLAIM_ONE_QUEUE = _claim(_pick(_in_queue("%(queue)s"), _QUEUE_ORDER), gate=" AND name = %(queue)s")
-CLAIM_QUEUES = _claim(
+# Each takes nothing (and says so) when a restricted queue is in its scope: see _claim. Those
+# of one task; then those of many, which stop adding tasks once the answer passes its size.
+_ANY = (_pick(""), "")
+_ONE_QUEUE = (_pick(_in_queue("%(queue)s"), _QUEUE_ORDER), " AND name = %(queue)s")
+_QUEUES = (
     _per_queue(
         f"(SELECT name FROM unnest(%(queues)b::varchar[]) AS u(name) WHERE{_OPEN[4:]}) AS q",
         "%(limit)s",
     ),
-    gate=" AND name = ANY(%(queues)b::varchar[])",
+    " AND name = ANY(%(queues)b::varchar[])",
+)
+CLAIM_ANY, CLAIM_ONE_QUEUE, CLAIM_QUEUES = (_claim(*c) for c in (_ANY, _ONE_QUEUE, _QUEUES))
+CLAIM_ANY_MANY, CLAIM_ONE_QUEUE_MANY, CLAIM_QUEUES_MANY = (
+    _claim(*c, many=True) for c in (_ANY, _ONE_QUEUE, _QUEUES)
 )
 
 
