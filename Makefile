@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-slow test-pg test-sqlite deps lint fmt bench bench-parked bench-peers venv ha-up ha-down
+.PHONY: run test test-slow test-pg test-sqlite deps lint fmt bench bench-parked bench-parked-burst bench-peers venv ha-up ha-down
 
 venv: $(STAMP)
 
@@ -85,6 +85,11 @@ bench: $(STAMP)
 # its CPU and memory while they wait, /healthz, enqueue and wake latency (docs/operations.md).
 bench-parked: $(STAMP)
 	$(PY) bench/parked.py $(N)
+
+# The same node and N polls sent as a burst (as after a deploy), probed on new connections too,
+# each sample printed; HOG=1 runs a CPU hog on each core meanwhile (docs/operations.md).
+bench-parked-burst: $(STAMP)
+	BENCH_PARKED_HOG=$(HOG) $(PY) bench/parked_burst.py $(N)
 
 # Our broker beside Celery and PGQueuer (ONLY=... for others), measured by ../shared/peers-bench in one run.
 bench-peers: $(STAMP)
