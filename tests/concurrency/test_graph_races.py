@@ -180,3 +180,39 @@ def test_workflow_cancel__while_its_steps_are_acked__no_deadlock_every_answer_as
         assert all(states[b] == State.CANCELLED for b in waiting)
     assert queue.gauges()[0]["blocked"] == 0
     assert_invariant()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["ack_each", "ack_many"])
+def test_settle_releasing_a_lower_child__while_enqueues_name_it_and_a_higher_task__no_deadlock(
+    batched: bool,
+) -> None:
+    """Parents a1 < c < a2, c waiting for a1: a settle of a1 and a2 locks c last, and each
+    enqueue after [c, a2] locks c, then a2."""
+    for n in range(ROUNDS * 2):
+        a1 = queue.enqueue(NewTask(payload="0", queue=f"a{n}"))[0]
+        c = queue.enqueue(NewTask(payload="1", queue=f"c{n}", after=(a1,)))[0]
+        queue.enqueue(NewTask(payload="0", queue=f"a{n}"))
+        held = [(d.task.pk, d.lease_id) for d in queue.claim([f"a{n}"], 60_000, limit=2)]
+        answers: list[object] = []
+        _under_enqueues((c, held[1][0]), "done", f"x{n}", partial(_acks, held, batched, answers))
+        assert answers == [None, None]
+        assert Task.objects.get(pk=c).state == State.READY
+    assert_invariant()
+
+
+def test_cancel_cascade_two_levels__enqueues_after_grandchild_and_child__no_deadlock() -> None:
+    """t, then c1 and g (after c1) and c2, both c after t: the cascade of t's cancel locks c1 and
+    c2, then g; each enqueue after [g, c2] locks g, then c2."""
+    for n in range(ROUNDS * 2):
+        t = queue.enqueue(NewTask(payload="0", queue=f"t{n}"))[0]
+        c1 = queue.enqueue(NewTask(payload="1", queue=f"c{n}", after=(t,)))[0]
+        g = queue.enqueue(NewTask(payload="2", queue=f"g{n}", after=(c1,)))[0]
+        c2 = queue.enqueue(NewTask(payload="3", queue=f"c{n}", after=(t,)))[0]
+        children = _under_enqueues((g, c2), "finished", f"x{n}", partial(queue.cancel, t))
+        assert set(Task.objects.filter(pk__in=[t, c1, g, c2]).values_list("state", flat=True)) == {
+            State.CANCELLED
+        }
+        assert set(Task.objects.filter(pk__in=children).values_list("state", flat=True)) == {
+            State.READY
+        }
+    assert_invariant()
