@@ -11,6 +11,7 @@ from collections.abc import Callable
 from functools import partial
 
 import pytest
+from rest_framework.test import APIClient
 
 from broker import queue
 from broker.exceptions import InvalidTaskError, LeaseMismatch, TaskNotHeld
@@ -85,9 +86,10 @@ def _under_enqueues(
 
 
 def _settle(how: str, parent: tuple[int, str], other: tuple[int, str], into: list[object]) -> None:
-    """Settle (or cancel) the handed-out `parent` by `how`, with `other` in the same batch; its
-    answer to `into`."""
+    """Settle (or cancel) the handed-out `parent` by `how` (through the API for http_*), with
+    `other` in the same batch; its answer to `into`."""
     (p, lease), (o, o_lease) = parent, other
+    client = APIClient()
     if how == "ack":
         into.append(queue.ack(p, lease_id=lease))
     elif how == "nack_to_dead":
@@ -96,11 +98,25 @@ def _settle(how: str, parent: tuple[int, str], other: tuple[int, str], into: lis
         into.append(queue.ack_many([(o, o_lease, None), (p, lease, 1)]))
     elif how == "settle_mixed":
         into.append([a.error for a in queue.settle([(p, lease, None)], [(o, o_lease, "y")])])
-    else:
+    elif how == "cancel":
         into.append(queue.cancel(p))
+    elif how == "http_ack":
+        into.append(client.post(f"/jobs/{p}/ack?lease_id={lease}").status_code)
+    elif how == "http_claim_with_acks":
+        acks = [{"id": str(p), "lease_id": lease}, {"id": str(o), "lease_id": o_lease}]
+        body = {"acks": acks, "wait_ms": 0, "queues": ["empty"]}  # the claim takes nothing
+        r = client.post("/jobs/claim", body, format="json")
+        into.append([item["status"] for item in r.json()["results"]])
+    else:
+        assert how == "http_cancel", how
+        into.append(client.delete(f"/jobs/{p}").status_code)
 
 
-@pytest.mark.parametrize("how", ["ack", "nack_to_dead", "ack_many", "settle_mixed", "cancel"])
+@pytest.mark.parametrize(
+    "how",
+    ["ack", "nack_to_dead", "ack_many", "settle_mixed", "cancel", "http_ack",
+     "http_claim_with_acks", "http_cancel"],
+)  # fmt: skip
 def test_settle_of_a_parent__while_tasks_are_enqueued_after_it__answered_and_children_released(
     how: str,
 ) -> None:
@@ -111,7 +127,7 @@ def test_settle_of_a_parent__while_tasks_are_enqueued_after_it__answered_and_chi
     made = 0
     for n in range(ROUNDS):
         parent, other = _held(f"p{n}", max_attempts=1), _held(f"o{n}")
-        policy = "finished" if how in ("nack_to_dead", "cancel") else "done"
+        policy = "finished" if how in ("nack_to_dead", "cancel", "http_cancel") else "done"
         answers: list[object] = []
         children = _under_enqueues(
             (parent[0],),
@@ -119,9 +135,17 @@ def test_settle_of_a_parent__while_tasks_are_enqueued_after_it__answered_and_chi
             f"c{n}",
             partial(_settle, how, parent, other, answers),
         )
-        expected = {"ack_many": [None, None], "settle_mixed": [None, None], "nack_to_dead": "dead"}
+        expected = {
+            "ack_many": [None, None],
+            "settle_mixed": [None, None],
+            "nack_to_dead": "dead",
+            "http_ack": 204,
+            "http_claim_with_acks": [204, 204],
+            "http_cancel": 204,
+        }
         assert answers == [expected.get(how)]  # answered at the first call
-        ended = {"nack_to_dead": State.DEAD, "cancel": State.CANCELLED}.get(how, State.DONE)
+        ended = State.CANCELLED if how.endswith("cancel") else State.DONE
+        ended = State.DEAD if how == "nack_to_dead" else ended
         assert Task.objects.get(pk=parent[0]).state == ended
         states = dict(Task.objects.filter(pk__in=children).values_list("pk", "state"))
         assert set(states.values()) == {State.READY}, (n, len(children))
