@@ -240,3 +240,23 @@ def test_cancel_cascade_two_levels__enqueues_after_grandchild_and_child__no_dead
             State.READY
         }
     assert_invariant()
+
+
+def test_requeue_of_dead_parents__while_enqueues_name_several_of_them__no_deadlock() -> None:
+    """A requeue out of the DLQ locks its dead tasks in id order; each enqueue after several of
+    them, named in any order, locks them in id order too."""
+    for n in range(ROUNDS):
+        queue.enqueue_many([NewTask(payload="0", queue=f"d{n}", max_attempts=1) for _ in range(8)])
+        dead = []
+        for d in queue.claim([f"d{n}"], 60_000, limit=8):
+            assert queue.nack(d.task.pk, lease_id=d.lease_id, error="x") == State.DEAD
+            dead.append(d.task.pk)
+        named = tuple(reversed(dead))  # highest id first
+        children = _under_enqueues(named, "done", f"x{n}", partial(queue.requeue_many, dead))
+        assert set(Task.objects.filter(pk__in=dead).values_list("state", flat=True)) == {
+            State.READY
+        }
+        assert set(Task.objects.filter(pk__in=children).values_list("state", flat=True)) == {
+            State.BLOCKED
+        }
+    assert_invariant()
