@@ -35,6 +35,7 @@ from broker.models import CounterDelta, Dependency, QueueCounter, Task, TaskErro
 from broker.queue import NewTask
 from broker.states import State
 from tests.concurrency.conftest import in_thread
+from tests.conftest import _on_postgres
 from tests.properties.depth import DEPTHS, machine_settings
 
 LIVE = (State.READY, State.DELAYED, State.HANDED_OUT, State.BLOCKED)
@@ -314,9 +315,9 @@ class Graph(RuleBasedStateMachine):
         assert totals["nacked"] + totals["reclaimed"] == totals["retried"] + totals["buried"]
 
 
-# transaction=True: on PostgreSQL the race rules' threads, on connections of their own, see
-# what the machine wrote.
-@pytest.mark.django_db(transaction=True)
+# On PostgreSQL the race rules' threads, on connections of their own, must see what the machine
+# wrote: committed, not in the test's transaction. On SQLite the races run one after another.
+@pytest.mark.django_db(transaction=_on_postgres())
 @pytest.mark.parametrize("thorough", DEPTHS)
 def test_dependencies__random_graphs_and_outcomes__released_exactly_when_due(
     thorough: bool,
