@@ -112,17 +112,26 @@ def _housekeeping(batch: int, record_now: bool) -> int:
     return pruned
 
 
+# Where this process's walk of old finished tasks goes on (queue.Pruned.walked_to): past the
+# tasks something keeps, so that the next sweep starts behind them. None: from the oldest.
+_walked_to: tuple[datetime, int] | None = None
+
+
 def prune(batch: int = 500, max_batches: int = PRUNE_BATCHES_PER_SWEEP) -> int:
-    """Delete done and cancelled tasks older than BROKER_RETENTION (none when it is 0)."""
+    """Delete done and cancelled tasks older than BROKER_RETENTION (none when it is 0) that
+    nothing keeps, walking them oldest first, round and round: a sweep stops at the end, or at a
+    batch that deleted nothing (all kept: the next sweep goes on after them)."""
+    global _walked_to
     retention = settings.BROKER_RETENTION
     if not retention:
         return 0
     older_than = timezone.now() - retention
     pruned = 0
     for _ in range(max_batches):
-        n = queue.prune_finished(older_than, limit=batch)
-        pruned += n
-        if n < batch:
+        batch_done = queue.prune_finished(older_than, limit=batch, after=_walked_to)
+        pruned += batch_done.deleted
+        _walked_to = batch_done.walked_to
+        if _walked_to is None or not batch_done.deleted:
             break
     if pruned:
         prune_workflows(older_than, batch)

@@ -55,6 +55,7 @@ from broker.queue.progress import Report, progress
 from broker.queue.redelivery import ack_lapsed, limit_receives, release, release_many
 from broker.queue.sweeps import (
     Pending,
+    Pruned,
     hold_reclaims,
     pending,
     promote_delayed,
@@ -72,6 +73,7 @@ __all__ = [
     "NewTask",
     "Outcome",
     "Pending",
+    "Pruned",
     "Report",
     "Settle",
     "ack",

@@ -13,17 +13,18 @@ from broker.queue.base import API_TIME_SQL, MAX_KEPT_ERRORS
 from broker.queue.sizing import DELIVERY_BYTES, NULL_BYTES, PARENT_BYTES
 from broker.queue.sqlparts import DELTA_TABLE, backoff, bucket, counted
 from broker.queue.sqlrelease import (
+    LOCK_SETTLED,
     RELEASE_EVENTS,
     RELEASED,
     SETTLED_AND_RELEASED,
+    in_one_statement,
     release_after,
-    unchanged,
 )
 from broker.states import State
 from broker.wakeup import CHANNEL
 from contract.limits import MAX_ANSWER_BYTES
 
-__all__ = ["backoff"]  # for tests that hold the SQL backoff to states.backoff_ms
+__all__ = ["LOCK_SETTLED", "backoff"]  # backoff: tests hold the SQL one to states.backoff_ms
 
 # -- claim ------------------------------------------------------------------------------------
 
@@ -293,10 +294,12 @@ def _settle(acks: bool, nacks: bool) -> str:
     parsing of statements up to 4 KiB, and PostgreSQL plans less).
 
     Items are numbered acks first, then nacks; `wanted` keeps the first of repeated (id, lease)
-    pairs. Rows are locked in id order, so two settles of the same tasks never deadlock. The last
-    SELECT reads the tasks as they were before this statement: an item not settled is a 409 when
-    its task was handed out under another lease, a 3 when under its own (a repeated item, or one
-    changed since the snapshot: see unchanged; the caller settles it again), else a 404. A
+    pairs. Rows are locked in id order, then their dependants in id order (all after the items:
+    see in_one_statement). The last SELECT reads the tasks as they were before this statement: an
+    item not settled is a 409 when its task was handed out under another lease, a 404 when an
+    earlier item of the same task settled it, a 3 when it is still held under its own (not safe
+    in one statement, see in_one_statement, or settled meanwhile by another request: the caller
+    settles it again, locking first), else a 404. A
     nacked task without backoff waits 0 ms in delayed (the sweeper's next tick promotes it);
     max_attempts NULL never buries.
     """
@@ -350,7 +353,8 @@ def _settle(acks: bool, nacks: bool) -> str:
         f" SELECT t.id, t.attempts, t.claimed_at, w.pos, w.kind, w.body{wait}"
         " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
         # By key: a generic plan, guessing 100 items, would rather scan every handed-out task.
-        f" WHERE t.id = ANY({ids}) AND t.state = 'handed_out' AND {unchanged('t', 't.id')}"
+        f" WHERE t.id = ANY({ids}) AND t.state = 'handed_out'"
+        f" AND {in_one_statement('t', 't.id', '%(top)s')}"
         " ORDER BY t.id FOR UPDATE OF t"
         "), moved AS ("
         f" UPDATE broker_task t SET state = {state}, result = {result}, last_error = {error},"
@@ -367,7 +371,7 @@ def _settle(acks: bool, nacks: bool) -> str:
         f"{_FREED}"
         " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
         "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2"
-        "  WHEN cur.state = 'handed_out' THEN 3 ELSE 1 END,"
+        "  WHEN cur.state = 'handed_out' AND i.id NOT IN (SELECT id FROM moved) THEN 3 ELSE 1 END,"
         f" m.queue, m.attempts, m.n, (SELECT count(*) FROM freed), {RELEASED}"
         " FROM items i LEFT JOIN moved m ON m.pos = i.pos"
         " LEFT JOIN broker_task cur ON cur.id = i.id ORDER BY i.pos"
@@ -376,13 +380,14 @@ def _settle(acks: bool, nacks: bool) -> str:
 
 SETTLE = _settle(acks=True, nacks=True)
 # One ack, the hot path of a one-task-at-a-time worker: an UPDATE by key and its counters. When it
-# moves nothing, the caller reads the task once to tell 404 from 409.
+# moves nothing, the caller reads the task once to tell 404 from 409 (or, still held under this
+# lease, acks it again after LOCK_SETTLED: see in_one_statement).
 ACK_ONE = (
     "WITH moved AS ("
     " UPDATE broker_task t SET state = 'done', result = %(body)s, lease_id = NULL,"
     " lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
     " WHERE t.id = %(id)s AND t.state = 'handed_out' AND t.lease_id = %(lease_id)s"
-    f" AND {unchanged('t', '%(id)s')}"
+    f" AND {in_one_statement('t', '%(id)s', '%(id)s')}"
     " RETURNING t.id, t.queue, t.attempts, t.children, 'handed_out'::text AS o, t.state AS n,"
     f" {bucket('extract(epoch FROM %(now)s - t.claimed_at)')} AS b,"
     " greatest((extract(epoch FROM %(now)s - t.claimed_at) * 1000000)::bigint, 0) AS us"
