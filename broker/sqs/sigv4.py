@@ -18,6 +18,7 @@ from broker.sqs import errors, limits
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sqs"  # the service a credential scope must name
 _DATE_FORMAT = "%Y%m%dT%H%M%SZ"
+_AMZ_PREFIX = "HTTP_X_AMZ_"  # X-Amz-* headers as WSGI names them
 _FIELDS = re.compile(r"\s*(Credential|SignedHeaders|Signature)=([^,\s]*)\s*(?:,|$)")
 _MISMATCH = (
     "The request signature we calculated does not match the signature you provided. Check your "
@@ -46,13 +47,12 @@ def verify(request: HttpRequest, body: bytes, credentials: dict[str, str], now: 
         raise errors.InvalidClientTokenId("The security token included in the request is invalid.")
     stamp = _checked_date(request, day, now)
     names = signed.split(";")
-    if "host" not in names:
-        raise errors.SignatureDoesNotMatch("The host header must be signed.")
     payload_hash = hashlib.sha256(body).hexdigest()
     declared = request.META.get("HTTP_X_AMZ_CONTENT_SHA256")
     if declared is not None and declared != payload_hash:
         # Signed or not, a declared hash that is not the body's would let the body be swapped.
         raise errors.SignatureDoesNotMatch("X-Amz-Content-Sha256 is not the SHA-256 of the body.")
+    _check_coverage(request, names)
     expected = signature(request, names, payload_hash, secret, stamp, (day, region, service))
     if not hmac.compare_digest(expected.encode(), fields["Signature"].encode()):
         raise errors.SignatureDoesNotMatch(_MISMATCH)
@@ -75,6 +75,25 @@ def signature(
     )  # fmt: skip
     key = signing_key(secret, *scope)
     return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+def _check_coverage(request: HttpRequest, names: list[str]) -> None:
+    """The signature must cover Host and every X-Amz-* header sent, as AWS requires: one left
+    out could be changed at will (a captured ReceiveMessage replayed as a PurgeQueue)."""
+    if "host" not in names:
+        raise errors.SignatureDoesNotMatch("The host header must be signed.")
+    signed = set(names)
+    unsigned = sorted(
+        name
+        for key in request.META
+        if key.startswith(_AMZ_PREFIX)
+        and (name := key[len("HTTP_") :].lower().replace("_", "-")) not in signed
+    )
+    if unsigned:
+        raise errors.SignatureDoesNotMatch(
+            "There were headers present in the request which were not signed: "
+            f"{', '.join(unsigned)}."
+        )
 
 
 def _checked_date(request: HttpRequest, day: str, now: datetime) -> str:
