@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
 from hypothesis import HealthCheck, Phase, given, settings
 
@@ -55,7 +55,7 @@ def _then(parse: Callable[..., Any], *args: Any) -> Thunk:
 def _page(request: HttpRequest) -> Thunk:
     """The guard of pages reads the query string as it came (URL-encoded: up to 9 bytes a
     character): that is its size."""
-    parse = _then(middleware._page_refusal, request)
+    parse = _then(middleware.PageGuardMiddleware(lambda _: HttpResponse()), request)
     parse.size = len(request.META["QUERY_STRING"])  # type: ignore[attr-defined]
     return parse
 
