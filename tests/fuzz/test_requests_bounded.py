@@ -26,9 +26,11 @@ NOW = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 @pytest.fixture(scope="module")
-def application() -> Any:
+def application(django_db_setup: None, django_db_blocker: Any) -> Any:
     from queueproject.wsgi import application
 
+    with django_db_blocker.unblock():  # the first request's set-up is not a request's work
+        _answer(application, _environ("GET", "/healthz", b"", "", {}))
     return application
 
 
