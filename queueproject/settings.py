@@ -80,6 +80,7 @@ MIDDLEWARE = [
     "broker.api.middleware.BodyLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "broker.api.middleware.WholeBodyMiddleware",
+    "broker.api.middleware.PageGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -94,6 +95,7 @@ MIDDLEWARE = [
 _HUMAN_ONLY_MIDDLEWARE = {
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "broker.api.middleware.WholeBodyMiddleware",  # the API's views check their bodies
+    "broker.api.middleware.PageGuardMiddleware",  # the API's views check their values
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

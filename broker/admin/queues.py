@@ -140,7 +140,7 @@ class ScheduleForm(forms.ModelForm):
         data = super().clean()
         try:
             job = json.loads(data.get("job") or "")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's stack
             self.add_error("job", "Not JSON.")
             return data
         body = {k: data.get(k) or None for k in ("cron", "timezone", "every_s")}

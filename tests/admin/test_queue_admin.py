@@ -129,6 +129,7 @@ def test_schedule_add__saved_through_create(admin_client: Client) -> None:
         ({"cron": "0 3 * * *", "timezone": "Nowhere/Land"}, "Not a time zone"),
         ({"cron": "0 3 * * *", "timezone": "America"}, "Not a time zone"),
         ({"every_s": "30", "job": "{not json"}, "Not JSON."),
+        ({"every_s": "30", "job": "[" * 100_000 + "]" * 100_000}, "Not JSON."),
         ({"every_s": "30", "job": json.dumps({"payload": 1, "max_attempt": 2})}, "max_attempt"),
     ],
 )
