@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-slow test-pg test-sqlite deps lint fmt bench bench-parked bench-peers venv ha-up ha-down
+.PHONY: run test test-slow test-pg test-sqlite deps lint fmt bench bench-parked bench-parked-burst bench-peers venv ha-up ha-down
 
 venv: $(STAMP)
 
@@ -20,18 +20,17 @@ $(STAMP): requirements.txt requirements-dev.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The broker on :8080 (gunicorn.conf.py) and the sweeper, in the foreground; Ctrl-C stops both.
-# Development mode unless the environment says otherwise: DEBUG on (so the public dev SECRET_KEY),
-# listening on loopback only, since the API is open and DEBUG pages show internals.
+# The broker on :8080 (gunicorn.conf.py) and the sweeper, in the foreground (queueproject/
+# devserver.py): it prints the address to open once the broker listens; Ctrl-C stops both and
+# ends make with status 0. Development mode unless the environment says otherwise: DEBUG on (so
+# the public dev SECRET_KEY), listening on loopback only, since the API is open and DEBUG pages
+# show internals.
 run: export DEBUG ?= True
 run: export BROKER_BIND ?= 127.0.0.1:8080
 run: export LOG_LEVEL ?= INFO
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
-	@trap 'kill $$SWEEPER $$WEB 2>/dev/null; wait' INT TERM EXIT; \
-	$(PY) manage.py runsweeper & SWEEPER=$$!; \
-	$(VENV)/bin/gunicorn & WEB=$$!; \
-	wait -n $$SWEEPER $$WEB
+	@exec $(PY) -m queueproject.devserver
 
 # Every test the database allows: DATABASE_URL if set, else a fresh database on the local
 # PostgreSQL when one answers, else SQLite (PostgreSQL-only tests then skip, saying why). In
@@ -86,6 +85,11 @@ bench: $(STAMP)
 # its CPU and memory while they wait, /healthz, enqueue and wake latency (docs/operations.md).
 bench-parked: $(STAMP)
 	$(PY) bench/parked.py $(N)
+
+# The same node and N polls sent as a burst (as after a deploy), probed on new connections too,
+# each sample printed; HOG=1 runs a CPU hog on each core meanwhile (docs/operations.md).
+bench-parked-burst: $(STAMP)
+	BENCH_PARKED_HOG=$(HOG) $(PY) bench/parked_burst.py $(N)
 
 # Our broker beside Celery and PGQueuer (ONLY=... for others), measured by ../shared/peers-bench in one run.
 bench-peers: $(STAMP)

@@ -126,16 +126,19 @@ class Poll:
 
 
 async def one_poll(port: int, poll: Poll, raw: bytes) -> Poll:
+    writer = None
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
         poll.sent = time.monotonic()
         writer.write(raw)
         poll.status, poll.body = await read_response(reader)
         poll.answered = time.monotonic()
-        writer.close()
     except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
         poll.answered = time.monotonic()
         poll.error = type(exc).__name__
+    finally:  # cancelled too: the connection closes (the node drops the poll)
+        if writer is not None:
+            writer.close()
     return poll
 
 

@@ -16,12 +16,13 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
 
 from broker import queue, validation
 from broker.exceptions import BrokerError, InvalidFields, InvalidTaskError
 from broker.models import Schedule
-from broker.queue import dependencies
+from broker.queue import NewTask, dependencies
 from broker.queue.base import current_time
 from contract.limits import (
     MAX_CRON,
@@ -173,6 +174,17 @@ def checked(body: Any, current: Schedule | None) -> dict[str, Any]:
     return values
 
 
+def over_the_cap() -> dict[str, list[str]]:
+    """The problem with one more schedule when BROKER_MAX_SCHEDULES exist already (a
+    ScheduleError's fields), else nothing."""
+    most = settings.BROKER_MAX_SCHEDULES
+    if Schedule.objects.count() < most:
+        return {}
+    return {
+        "name": [f"At most {most} schedules may exist (BROKER_MAX_SCHEDULES): delete one first."]
+    }
+
+
 # -- changes --------------------------------------------------------------------------------------
 
 
@@ -191,14 +203,31 @@ def get(name: str) -> Schedule:
     return found
 
 
+# An advisory lock's key (any constant): held by a creation from its count to its commit.
+_CREATING = 0x5C4ED01E
+
+
 def create(body: Any) -> Schedule:
-    """A new schedule from a POST /schedules body. Raises ScheduleError, ScheduleExists."""
+    """A new schedule from a POST /schedules body. Raises ScheduleError (a 400: a bad body, or
+    BROKER_MAX_SCHEDULES exist already), ScheduleExists.
+
+    Creations take turns from their count to their commit (an advisory lock on PostgreSQL;
+    SQLite's IMMEDIATE transactions already do), so racing ones never make one too many.
+    """
     values = checked(body, None)
     now = current_time()
     schedule = Schedule(**values, anchored_at=now, created_at=now)
     schedule.next_run_at = None if schedule.paused else next_due(schedule, now)
     try:
         with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CREATING])
+            if over := over_the_cap():
+                # A name taken is that (409) at the cap too: no schedule would be one more.
+                if Schedule.objects.filter(name=schedule.name).exists():
+                    raise ScheduleExists()
+                raise ScheduleError(over)
             schedule.save(force_insert=True)
     except IntegrityError as exc:
         raise ScheduleExists() from exc
@@ -250,37 +279,96 @@ def delete(name: str) -> None:
         raise ScheduleNotFound()
 
 
-def fire_due(limit: int = 100) -> int:
-    """Enqueue one task for each schedule that is due, and move it past now; returns how many.
+def fire_due(limit: int = 100, due_by: datetime | None = None) -> int:
+    """Enqueue one task for each of up to `limit` schedules due (by now, or by `due_by` if that
+    is earlier), and move each past now; returns how many.
 
     SKIP LOCKED: a due row another sweeper holds is its to fire; one it has fired no longer
-    matches when its lock goes (READ COMMITTED reads the row again). The task, its counts and
-    the new next_run_at commit together, or none of them.
+    matches when its lock goes (READ COMMITTED reads the row again). The tasks (one batch
+    enqueue), their counts and the new next_run_at commit together, or none of them.
     """
     with transaction.atomic():
         now = current_time()
         due = list(
-            Schedule.objects.filter(paused=False, next_run_at__lte=now)
+            Schedule.objects.filter(
+                paused=False, next_run_at__lte=now if due_by is None else min(now, due_by)
+            )
             .order_by("next_run_at")
             .select_for_update(skip_locked=True)[:limit]
         )
-        for schedule in due:
-            schedule.last_task_id = _enqueue(schedule)
+        for schedule, task_id in zip(due, _enqueue_all(due), strict=True):
+            schedule.last_task_id = task_id
             schedule.last_run_at = now
             schedule.next_run_at = next_due(schedule, now)
-            schedule.save(update_fields=["last_task_id", "last_run_at", "next_run_at"])
+        if due:
+            _save_fired(due, now)
     return len(due)
 
 
-def _enqueue(schedule: Schedule) -> int | None:
+# Every fired schedule's last task and next due time in one statement (bulk_update's CASE per
+# row cost PostgreSQL 2 ms a schedule to build).
+_SAVE_FIRED = (
+    "UPDATE broker_schedule AS s SET last_task_id = f.task, last_run_at = %(now)s,"
+    " next_run_at = f.next FROM unnest(%(names)s::varchar[], %(tasks)s::bigint[],"
+    " %(nexts)s::timestamptz[]) AS f(name, task, next) WHERE s.name = f.name"
+)
+
+
+def _save_fired(due: list[Schedule], now: datetime) -> None:
+    if connection.vendor != "postgresql":
+        for schedule in due:  # SQLite: a statement each is still cheaper than bulk_update's
+            Schedule.objects.filter(pk=schedule.pk).update(
+                last_task_id=schedule.last_task_id, last_run_at=now,
+                next_run_at=schedule.next_run_at,
+            )  # fmt: skip
+        return
+    params = {
+        "now": now,
+        "names": [s.name for s in due],
+        "tasks": [s.last_task_id for s in due],
+        "nexts": [s.next_run_at for s in due],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_SAVE_FIRED, params)
+
+
+def _enqueue_all(due: list[Schedule]) -> list[int | None]:
+    """Each schedule's task (None: its job is no longer valid), enqueued in one batch."""
+    specs = [_spec(schedule) for schedule in due]
+    valid = [spec for spec in specs if spec is not None]
+    if not valid:
+        return [None] * len(due)
+    try:
+        with transaction.atomic():  # a savepoint: one refused leaves the others to fire
+            ids = iter(queue.enqueue_many(valid))
+    except InvalidTaskError:
+        # One waits for a task that can no longer let it run: each on its own, to skip it.
+        return [_enqueue(s, spec) for s, spec in zip(due, specs, strict=True)]
+    return [None if spec is None else next(ids) for spec in specs]
+
+
+def _spec(schedule: Schedule) -> NewTask | None:
     # A job valid when saved may not be now (a job type removed since, a task it waits for
     # cancelled): this due time is skipped, saying why, and the sweeper goes on.
     try:
-        spec = validation.new_task(json.loads(schedule.job))
-        with transaction.atomic():  # a savepoint: a refused enqueue leaves the others' fires
+        return validation.new_task(json.loads(schedule.job))
+    except InvalidTaskError as exc:
+        _skipped(schedule, exc)
+        return None
+
+
+def _enqueue(schedule: Schedule, spec: NewTask | None) -> int | None:
+    if spec is None:
+        return None
+    try:
+        with transaction.atomic():  # a savepoint, as in _enqueue_all
             pk, _ = queue.enqueue(spec)
     except InvalidTaskError as exc:
-        log.warning("schedule %s: its job is no longer valid (%s); nothing enqueued",
-                    schedule.name, exc)  # fmt: skip
+        _skipped(schedule, exc)
         return None
     return pk
+
+
+def _skipped(schedule: Schedule, exc: InvalidTaskError) -> None:
+    log.warning("schedule %s: its job is no longer valid (%s); nothing enqueued",
+                schedule.name, exc)  # fmt: skip

@@ -22,6 +22,7 @@ from broker.models import Task, Workflow
 from broker.queue import keys
 from broker.queue.base import current_time
 from broker.sqs import dedup, extras
+from contract.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,11 @@ OUTAGE_GAP_S = 2.0
 # How often a running sweeper does the housekeeping (pruning, history): nothing waits on it, and
 # it was two thirds of an idle sweep's statements (a sweeper ticks every 250 ms, 50 in tests).
 HOUSEKEEPING_EVERY_S = 1.0
+# Schedules fired per transaction (one batch enqueue), and for how long a sweep goes on firing
+# batches: however many are due at once, the next reclaims and promotions wait at most this
+# (and one batch, some 30 ms) past the tick. Those left fire on the next sweeps, once each.
+SCHEDULES_PER_BATCH = 100
+FIRE_FOR_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +50,20 @@ class Sweep:
     fired: int = 0
 
 
-def sweep_once(batch: int = 500, *, record_now: bool = False, housekeeping: bool = True) -> Sweep:
-    """Run each move until nothing is left to move, in batches that hold locks briefly; then,
-    with `housekeeping`, prune and record history (at most once a second across sweepers,
-    unless `record_now`)."""
-    todo = queue.pending(current_time())
-    reclaimed = promoted = fired = 0
+def sweep_once(
+    batch: int = 500,
+    *,
+    record_now: bool = False,
+    housekeeping: bool = True,
+    fire_for_s: float | None = FIRE_FOR_S,
+) -> Sweep:
+    """Run each move until nothing is left to move, in batches that hold locks briefly, and fire
+    the schedules due when it began for up to `fire_for_s` (None: all of them); then, with
+    `housekeeping`, prune and record history (at most once a second across sweepers, unless
+    `record_now`)."""
+    now = current_time()
+    todo = queue.pending(now)
+    reclaimed = promoted = 0
     while todo.expired and (n := queue.reclaim_expired(limit=batch)) > 0:
         reclaimed += n
         if n < batch:
@@ -58,18 +72,28 @@ def sweep_once(batch: int = 500, *, record_now: bool = False, housekeeping: bool
         promoted += n
         if n < batch * 2:
             break
-    while todo.scheduled and (n := schedules.fire_due(limit=batch)) > 0:
-        fired += n
-        if n < batch:
-            break
+    fired = _fire(now, fire_for_s) if todo.scheduled else 0
     # Counts made inside callers' transactions (schedules' enqueues too) join the shared rows.
     while (todo.deltas or fired) and queue.fold_deltas(limit=batch * 2) == batch * 2:
         pass
     pruned = _housekeeping(batch, record_now) if housekeeping else 0
     if reclaimed or promoted or pruned or fired:
-        log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %d schedules",
-                 reclaimed, promoted, pruned, fired)  # fmt: skip
+        log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %s",
+                 reclaimed, promoted, pruned, counted(fired, "schedule"))  # fmt: skip
     return Sweep(reclaimed, promoted, pruned, fired)
+
+
+def _fire(due_by: datetime, for_s: float | None) -> int:
+    """Fire the schedules due by `due_by` (each at most once: firing moves it past now), a batch
+    at a time, until none is left or `for_s` has passed: a flood of due schedules (1500 of
+    `every_s: 1`) kept a sweep firing for ever, and no lease was reclaimed meanwhile."""
+    started = time.monotonic()
+    fired = 0
+    while (n := schedules.fire_due(limit=SCHEDULES_PER_BATCH, due_by=due_by)) > 0:
+        fired += n
+        if n < SCHEDULES_PER_BATCH or (for_s is not None and time.monotonic() - started >= for_s):
+            break
+    return fired
 
 
 def _housekeeping(batch: int, record_now: bool) -> int:
@@ -88,17 +112,26 @@ def _housekeeping(batch: int, record_now: bool) -> int:
     return pruned
 
 
+# Where this process's walk of old finished tasks goes on (queue.Pruned.walked_to): past the
+# tasks something keeps, so that the next sweep starts behind them. None: from the oldest.
+_walked_to: tuple[datetime, int] | None = None
+
+
 def prune(batch: int = 500, max_batches: int = PRUNE_BATCHES_PER_SWEEP) -> int:
-    """Delete done and cancelled tasks older than BROKER_RETENTION (none when it is 0)."""
+    """Delete done and cancelled tasks older than BROKER_RETENTION (none when it is 0) that
+    nothing keeps, walking them oldest first, round and round: a sweep stops at the end, or at a
+    batch that deleted nothing (all kept: the next sweep goes on after them)."""
+    global _walked_to
     retention = settings.BROKER_RETENTION
     if not retention:
         return 0
     older_than = timezone.now() - retention
     pruned = 0
     for _ in range(max_batches):
-        n = queue.prune_finished(older_than, limit=batch)
-        pruned += n
-        if n < batch:
+        batch_done = queue.prune_finished(older_than, limit=batch, after=_walked_to)
+        pruned += batch_done.deleted
+        _walked_to = batch_done.walked_to
+        if _walked_to is None or not batch_done.deleted:
             break
     if pruned:
         prune_workflows(older_than, batch)

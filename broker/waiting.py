@@ -19,6 +19,7 @@ from broker.queue import dependencies, keyclaims, restricted
 from broker.queue.base import current_time
 from broker.states import State
 from contract.limits import WORKERS_SEEN_S
+from contract.wording import counted, nouned
 
 REASONS = (
     "parent_dead", "blocked", "delayed", "retry_backoff", "queue_paused", "queue_full",
@@ -65,15 +66,12 @@ def _blocked(task_id: int) -> dict[str, Any]:
     shown = ", ".join(map(str, on))
     if dead:
         return {"reason": "parent_dead", "on": [str(pk) for pk in on],
-                "detail": f"Waits for {_tasks(on)} {shown}, of which {_tasks(dead)} "
+                "detail": f"Waits for {nouned(len(on), 'task')} {shown}, of which "
+                          f"{nouned(len(dead), 'task')} "
                           f"{', '.join(map(str, dead))} went to the dead-letter queue: requeued "
                           "and done, it lets this one go."}  # fmt: skip
     return {"reason": "blocked", "on": [str(pk) for pk in on],
-            "detail": f"Waits for {_tasks(on)} {shown} to finish."}  # fmt: skip
-
-
-def _tasks(ids: list[int]) -> str:
-    return "task" if len(ids) == 1 else "tasks"
+            "detail": f"Waits for {nouned(len(on), 'task')} {shown} to finish."}  # fmt: skip
 
 
 def _held(
@@ -91,8 +89,8 @@ def _held(
         )
         if in_flight >= settings.max_in_flight:
             return {"reason": "queue_full",
-                    "detail": f"The queue {queue_name!r} has {in_flight} tasks handed out, its "
-                              f"max_in_flight is {settings.max_in_flight}."}  # fmt: skip
+                    "detail": f"The queue {queue_name!r} has {counted(in_flight, 'task')} handed "
+                              f"out, its max_in_flight is {settings.max_in_flight}."}  # fmt: skip
     keyed = _keyed(queue_name, settings, task_id, key, key_wait)
     if keyed is not None:
         return keyed
@@ -104,7 +102,7 @@ def _held(
             return {
                 "reason": "rate_limited",
                 "detail": f"The queue {queue_name!r} hands out at most "
-                f"{settings.rate_per_s:g} tasks a second, and has just done so.",
+                f"{counted(settings.rate_per_s, 'task')} a second, and has just done so.",
             }
     if not workers_seen(queue_name):
         return {"reason": "no_workers",
@@ -128,9 +126,10 @@ def _keyed(
     if settings is not None and settings.key_max_in_flight is not None and key is not None:
         held = Task.objects.filter(queue=queue_name, key=key, state=State.HANDED_OUT).count()
         if held >= settings.key_max_in_flight:
+            cap = settings.key_max_in_flight
             return {"reason": "key_full",
-                    "detail": f"Its key {key!r} has {held} tasks handed out, the queue's "
-                              f"key_max_in_flight is {settings.key_max_in_flight}."}  # fmt: skip
+                    "detail": f"Its key {key!r} has {counted(held, 'task')} handed out, the "
+                              f"queue's key_max_in_flight is {cap}."}  # fmt: skip
     return None
 
 
@@ -154,7 +153,7 @@ def _queued(
     detail = (
         "Next in line: the next claim of its queue takes it."
         if ahead == 0
-        else f"{ahead} ready task{'s' if ahead != 1 else ''} of its queue go first."
+        else f"{counted(ahead, 'ready task')} of its queue {nouned(ahead, 'goes', 'go')} first."
     )
     return {"reason": "queued", "ahead": ahead, "detail": detail}
 
@@ -168,8 +167,8 @@ def _ahead_by_key(
     as this task's key has turns before it (keyless tasks are one key of their own, "")."""
 
     def by_key(rows: Any) -> Counter[str]:
-        counted = rows.order_by().values_list("key").annotate(n=Count("id"))
-        return Counter({k or "": n for k, n in counted})
+        per_key = rows.order_by().values_list("key").annotate(n=Count("id"))
+        return Counter({k or "": n for k, n in per_key})
 
     own = key or ""
     room: dict[str, float] = defaultdict(lambda: float("inf"))

@@ -9,7 +9,6 @@ text: the exception's class path on the first line, then its traceback.
 from __future__ import annotations
 
 import fnmatch
-import re
 import traceback
 
 from django.conf import settings
@@ -62,12 +61,27 @@ def error_text(exc: BaseException) -> str:
     return f"{class_path(type(exc))}\n{text}"
 
 
-_ERROR_HEAD = re.compile(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*")
-
-
 def split_error(text: str) -> tuple[str, str] | None:
     """error_text's (class path, traceback); None for an error the worker did not write so."""
     head, _, rest = text.partition("\n")
-    if _ERROR_HEAD.fullmatch(head) and rest:
+    if _is_class_path(head) and rest:
         return head, rest
     return None
+
+
+def _is_class_path(text: str) -> bool:
+    """`module.path.Name`: words (letters, digits, _) joined by dots, each part starting with an
+    ASCII letter or _ but the inner ones. Read once through (an error's first line is a
+    worker's, of any length), no regular expression's backtracking."""
+    module, dot, name = text.rpartition(".")
+    return (
+        bool(dot)
+        and _starts_a_name(module)
+        and _starts_a_name(name)
+        and all(c.isalnum() or c in "._" for c in module)
+        and all(c.isalnum() or c == "_" for c in name)
+    )
+
+
+def _starts_a_name(text: str) -> bool:
+    return text[:1].isascii() and (text[:1].isalpha() or text[:1] == "_")

@@ -58,6 +58,12 @@ OUTAGE_GRACE_MS = 15_000
 DEFAULT_CLAIM = 1
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+# An answer's size: a claim stops adding deliveries, and a list page items, once its answer
+# passes this (each carries at least one); what a list page leaves out, its `next` goes on from.
+MAX_ANSWER_BYTES = 8 * 1_048_576
+# Characters of an error a list page shows (GET /jobs, /dlq, a workflow's steps); GET /jobs/{id}
+# shows more (broker/api/listing.py).
+LISTED_ERROR_CHARS = 1024
 
 # -- progress reports (POST /jobs/{id}/progress) ------------------------------------------------
 
@@ -78,6 +84,7 @@ MAX_SCHEDULE_NAME = 64
 SCHEDULE_NAME_RULE = f"[A-Za-z0-9_.-]{{1,{MAX_SCHEDULE_NAME}}}"
 SCHEDULE_NAME_RE = re.compile(SCHEDULE_NAME_RULE)
 MAX_EVERY_S = 366 * 24 * 3600
+DEFAULT_MAX_SCHEDULES = 10_000  # BROKER_MAX_SCHEDULES' default: how many schedules may exist
 MAX_CRON = 255
 # The longest IANA zone name is 32 characters (America/Argentina/ComodRivadavia).
 MAX_TIMEZONE = 64
@@ -155,6 +162,16 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
         "claims, extend",
     ),
     ("max", f"1 to {MAX_CLAIM}, default {DEFAULT_CLAIM}", "`POST /jobs/claim`"),
+    (
+        "answer size",
+        f"no item is added once the answer passes {MAX_ANSWER_BYTES} bytes (8 MiB); at least one",
+        "claims, `GET /jobs`, `GET /dlq`",
+    ),
+    (
+        "listed error",
+        f"each error cut to {LISTED_ERROR_CHARS} characters",
+        "`GET /jobs`, `GET /dlq`, `GET /workflows/{id}` steps",
+    ),
     *_applies(
         "`POST /jobs/{id}/progress`",
         ("fraction", "a number from 0 to 1, or null"),

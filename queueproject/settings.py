@@ -80,6 +80,7 @@ MIDDLEWARE = [
     "broker.api.middleware.BodyLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "broker.api.middleware.WholeBodyMiddleware",
+    "broker.api.middleware.PageGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -94,6 +95,7 @@ MIDDLEWARE = [
 _HUMAN_ONLY_MIDDLEWARE = {
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "broker.api.middleware.WholeBodyMiddleware",  # the API's views check their bodies
+    "broker.api.middleware.PageGuardMiddleware",  # the API's views check their values
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -268,6 +270,8 @@ BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 # How long GET /stats/history keeps its points: one-minute ones (two days), hourly ones (90 days).
 BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", 2880, least=0)
 BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", 2160, least=0)
+# How many schedules may exist: one more is a 400 (0: none may be made).
+BROKER_MAX_SCHEDULES = _whole("BROKER_MAX_SCHEDULES", limits.DEFAULT_MAX_SCHEDULES, least=0)
 BROKER_MAX_BODY_BYTES = _whole("BROKER_MAX_BODY_BYTES", limits.DEFAULT_MAX_BODY_BYTES)
 # Django's own body cap (request.body refuses more) must not cut in below ours, nor below /sqs's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, limits.SQS_MAX_REQUEST_BYTES)

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from contract.wording import counted
 from workers.client import BrokerUnavailableError
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Summary:
     sent: int
     rejected: int
     elapsed_s: float
+    interrupted: bool = False  # Ctrl-C: what was sent until then
 
     @property
     def ok(self) -> bool:
@@ -42,9 +44,16 @@ class Summary:
         return self.sent == self.wanted
 
     def line(self) -> str:
-        """sent N, rejected M, X tasks/s"""
+        """sent N, rejected M in T s (X tasks/s); and how many were never sent, if any."""
         rate = self.sent / self.elapsed_s if self.elapsed_s > 0 else 0.0
-        return f"sent {self.sent}, rejected {self.rejected}, {rate:.1f} tasks/s"
+        line = (
+            f"sent {self.sent}, rejected {self.rejected} in {self.elapsed_s:.1f} s "
+            f"({rate:.1f} tasks/s)"
+        )
+        unsent = self.wanted - self.sent - self.rejected
+        if unsent:
+            line += f"; {unsent} of {counted(self.wanted, 'task')} not sent"
+        return f"interrupted: {line}" if self.interrupted else line
 
 
 def body_template(
@@ -132,14 +141,21 @@ def produce(
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(progress_every_s)
-            if progress is not None:
-                progress(sum(sent + rejected for sent, rejected in counts))
+    interrupted = False
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(progress_every_s)
+                if progress is not None:
+                    progress(sum(sent + rejected for sent, rejected in counts))
+    except KeyboardInterrupt:
+        # Ctrl-C: no new request; the summary counts what the broker answered until now (a
+        # request in flight may still be taken, its answer unread: at most `concurrency`).
+        interrupted = True
+        give_up.set()
     elapsed = time.monotonic() - started
     sent = sum(c[0] for c in counts)
-    return Summary(n, sent, sum(c[1] for c in counts), elapsed)
+    return Summary(n, sent, sum(c[1] for c in counts), elapsed, interrupted)
 
 
 def refusal(status: int, answer: Any) -> str:

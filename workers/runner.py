@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from contract.wording import counted
 from workers import handlers
 from workers.client import backoff_s
 from workers.heartbeat import DEFAULT_REPORT_S, Heartbeat
@@ -306,6 +307,6 @@ class Settler:
             try:
                 statuses = self._client.settle(acks, nacks)
             except Exception:
-                log.exception("settling %d tasks failed", len(ordered))
+                log.exception("settling %s failed", counted(len(ordered), "task"))
                 return
             outcomes = report(ordered, statuses)

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from contract.wording import counted
 from workers.transport import Response
 from workers.wire import (
     BODY_REFUSED,
@@ -84,7 +85,9 @@ class BatchVerbs:
         )
         if response is None:
             if items:
-                log.error("could not settle %d tasks before the first lease ended", len(items))
+                log.error(
+                    "could not settle %s before the first lease ended", counted(len(items), "task")
+                )
                 self._forget(items)
             return Claimed([NOT_TOLD] * len(items), [])
         status = response.status_code
@@ -138,7 +141,9 @@ class BatchVerbs:
             held=True,
         )
         if response is None:
-            log.error("could not %s %d tasks before the first lease ended", verb, len(items))
+            log.error(
+                "could not %s %s before the first lease ended", verb, counted(len(items), "task")
+            )
             self._forget(items)
             return [NOT_TOLD] * len(items)
         status = response.status_code
@@ -152,7 +157,11 @@ class BatchVerbs:
                 raise BrokerError(200, f"{verb} answered with an unreadable body") from exc
         else:
             log.warning(
-                "%s of %d tasks answered %s: %s", verb, len(items), status, error_text(response)
+                "%s of %s answered %s: %s",
+                verb,
+                counted(len(items), "task"),
+                status,
+                error_text(response),
             )
             statuses = [status] * len(items)
         self._report(items, statuses, verb)

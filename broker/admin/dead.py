@@ -53,8 +53,8 @@ class DeadTaskAdmin(TaskAdmin):
     """The DLQ: dead tasks only, newest death first, with the requeue actions."""
 
     list_display = (
-        "short_id", "queue", "type", "priority_name", "attempts_of_max", "error_preview",
-        "died_at",
+        "short_id", "queue", "type", "workflow_column", "priority_name", "attempts_of_max",
+        "error_preview", "died_at",
     )  # fmt: skip
     list_filter = (QueueFilter, KeyFilter, TypeFilter, "priority")
     date_hierarchy = "updated_at"

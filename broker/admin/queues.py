@@ -148,7 +148,7 @@ class ScheduleForm(forms.ModelForm):
         data = super().clean()
         try:
             job = json.loads(data.get("job") or "")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's stack
             self.add_error("job", "Not JSON.")
             return data
         body = {k: data.get(k) or None for k in ("cron", "timezone", "every_s")}
@@ -159,6 +159,8 @@ class ScheduleForm(forms.ModelForm):
         try:
             self.checked_body = body
             schedules.checked(body, current)
+            if current is None and (over := schedules.over_the_cap()):
+                raise schedules.ScheduleError(over)
         except schedules.ScheduleError as exc:
             for field, messages in exc.fields.items():
                 name = field.split(".", 1)[0]

@@ -28,7 +28,7 @@ from broker.admin.lists import (
 from broker.models import Task
 from broker.queue import dependencies
 from broker.states import GAUGE_STATES, PRIORITY_NAMES, State
-from broker.workflows.admin import workflow_link
+from broker.workflows.admin import workflow_cell, workflow_link
 
 ERROR_PREVIEW_CHARS = 80
 # A task's page shows the newest errors of its history, each cut (the history may hold hundreds
@@ -152,6 +152,10 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # state, attempts, lease: broker.q
     @admin.display(description="workflow")
     def workflow_step(self, task: Task) -> str:
         return workflow_link(task)
+
+    @admin.display(description="workflow")
+    def workflow_column(self, task: Task) -> str:
+        return workflow_cell(task)
 
     @admin.display(description="lease id")
     def lease(self, task: Task) -> str:

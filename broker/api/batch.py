@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+import orjson
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -11,6 +12,7 @@ from broker import queue, validation
 from broker.api import parsing, settling
 from broker.api.base import BrokerView
 from broker.api.errors import ValidationFailed
+from broker.api.renderers import rendered
 from broker.api.representation import delivery
 from broker.api.views import worker_identity
 from broker.longpoll import claim_wait, once, parking_of, socket_gone
@@ -34,34 +36,49 @@ class EnqueueBatchView(BrokerView):
         return Response({"ids": [str(pk) for pk in ids]}, status=201)
 
 
+class _Claim(NamedTuple):
+    """What a POST /jobs/claim keeps across its dispatches: its claim's parameters, and the
+    answer to its settles (rendered: a few bytes an item), not its body."""
+
+    queues: list[str] | None
+    wait_ms: int
+    lease_ms: int
+    max: int
+    results: orjson.Fragment | None
+
+
+def _settle_first(request: Request) -> _Claim:
+    """The body checked whole, then its acks and nacks settled and committed, before the claim
+    looks or parks: a worker's acks never wait on its wait."""
+    args = settling.claim_args(parsing.read_object(request, required=False))
+    results = None
+    if args.settles:
+        answers = settling.results(args.settle_ids, queue.settle(args.acks, args.nacks))
+        results = orjson.Fragment(rendered(answers))
+    return _Claim(args.queues, args.wait_ms, args.lease_ms, args.max, results)
+
+
 class ClaimBatchView(BrokerView):
     """POST /jobs/claim: settle what the body carries, then 1 to `max` deliveries as soon as
     one is ready, or 204 (200 with `results` whenever `acks` or `nacks` was given)."""
 
     def post(self, request: Request) -> Response:
-        args = settling.claim_args(parsing.read_object(request, required=False))
-        results = None
         parking = parking_of(request.META)
-        if args.settles:
-            # Committed before the claim looks or parks: a worker's acks never wait on its wait.
-            # Once: a parked claim's request is served again when woken, its acks already done.
-            results = once(
-                parking,
-                "settled",
-                lambda: settling.results(args.settle_ids, queue.settle(args.acks, args.nacks)),
-            )
+        # Once: a parked claim's request is served again when woken, its acks already done and
+        # its body gone (broker.parking.loop.Slot).
+        claim = once(parking, "claim", lambda: _settle_first(request))
         got = claim_wait(
-            args.queues,
-            lease_ms=args.lease_ms,
-            wait_ms=args.wait_ms,
-            limit=args.max,
+            claim.queues,
+            lease_ms=claim.lease_ms,
+            wait_ms=claim.wait_ms,
+            limit=claim.max,
             worker=worker_identity(request),
             gone=socket_gone(request.META.get("gunicorn.socket")),
             parking=parking,
         )
         deliveries = [delivery(d) for d in got]
-        if results is not None:
-            return Response({"results": results, "deliveries": deliveries})
+        if claim.results is not None:
+            return Response({"results": claim.results, "deliveries": deliveries})
         if not got:
             return Response(status=204)
         return Response({"deliveries": deliveries})

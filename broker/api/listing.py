@@ -1,4 +1,5 @@
-"""GET /jobs, /jobs/{id} and /dlq: newest first, keyset-paginated so a walk sees each task once."""
+"""GET /jobs, /jobs/{id} and /dlq: newest first, keyset-paginated so a walk sees each task once;
+a page bounded in size whatever its tasks hold (API.md's Errors, "Bounded work")."""
 
 from __future__ import annotations
 
@@ -6,19 +7,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, F, QuerySet, Window
-from django.db.models.functions import Length, RowNumber, Substr
+from django.db.models.functions import Coalesce, Length, RowNumber, Substr
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from broker.api import parsing
 from broker.api.errors import ValidationFailed
+from broker.api.renderers import up_to_answer_size
 from broker.api.representation import ShownError, listed_task
 from broker.exceptions import TaskNotFound
 from broker.models import Task, TaskError
 from broker.queue import dependencies
+from broker.queue.sizing import Bytes
 from broker.states import State
 from contract.limits import DEFAULT_PAGE_SIZE as DEFAULT_LIMIT
-from contract.limits import MAX_KEY
+from contract.limits import LISTED_ERROR_CHARS, MAX_ANSWER_BYTES, MAX_KEY
 from contract.limits import MAX_PAGE_SIZE as MAX_LIMIT
 
 
@@ -33,23 +36,47 @@ class Shown:
 # A page of up to 500 tasks stays a few MB however long the histories: the latest errors say
 # what is going wrong now. One task shows a whole run at the largest max_attempts (100), each
 # error long enough for a full traceback.
-IN_LISTS = Shown(errors=5, chars=1024)
+IN_LISTS = Shown(errors=5, chars=LISTED_ERROR_CHARS)
 FOR_ONE = Shown(errors=100, chars=16_384)
 
 
 def _with_errors(tasks: list[Task], shown: Shown) -> list[dict[str, Any]]:
+    """The tasks as answers show them; a list's (IN_LISTS) name their parents without results."""
     errors = _newest_errors([t.pk for t in tasks], shown)
     waited = [t.pk for t in tasks if t.after_policy is not None]
-    parents = dependencies.parents_of(waited) if waited else {}
+    whole = shown is FOR_ONE
+    parents = dependencies.parents_of(waited, results=whole) if waited else {}
     return [
         listed_task(
             t,
             *errors.get(t.pk, ([], 0)),
             last_error=(t.last_error_head, t.last_error_length or 0),
             parents=parents.get(t.pk, ()),
+            parent_results=whole,
         )
         for t in tasks
     ]
+
+
+# What a task's stored JSON adds to a page: its payload, result and checkpoint go out as stored.
+_STORED = (
+    Coalesce(Bytes("payload"), 0) + Coalesce(Bytes("result"), 0)
+    + Coalesce(Bytes("checkpoint"), 0)
+)  # fmt: skip
+
+
+def _within_answer(rows: list[Task]) -> list[int]:
+    """The ids of `rows` (read with their `stored` bytes) a page could carry: up to the one whose
+    stored JSON alone takes the page past MAX_ANSWER_BYTES. A page's other fields are bounded
+    (errors cut, progress messages short), so what is read for it stays near that size too."""
+    ids: list[int] = []
+    size = 0
+    for row in rows:
+        if size > MAX_ANSWER_BYTES:
+            break
+        ids.append(row.pk)
+        size += row.stored
+    return ids
 
 
 def _newest_errors(ids: list[int], shown: Shown) -> dict[int, tuple[list[ShownError], int]]:
@@ -102,11 +129,10 @@ def list_tasks(
     tasks: Any,
     allow_filters: tuple[str, ...] = ("state", "queue", "type", "workflow", "key"),
 ) -> Response:
-    params = request.GET
     filters: dict[str, Any] = {}
     for name in allow_filters:
-        value = params.get(name)
-        if value:
+        value = parsing.query_text(request.GET, name)
+        if value is not None:
             filters[name] = value
     if "state" in filters and filters["state"] not in State.values:
         raise ValidationFailed({"state": [f"Must be one of {', '.join(State.values)}."]})
@@ -121,6 +147,15 @@ def list_tasks(
         if workflow is None:
             raise ValidationFailed({"workflow": ["Not a workflow id this API gave out."]})
         filters["workflow_id"] = workflow
-    rows = _cut(tasks.filter(**filters), IN_LISTS)
-    page, next_url = parsing.newest_first(request, rows, DEFAULT_LIMIT, MAX_LIMIT)
-    return Response({"results": _with_errors(page, IN_LISTS), "next": next_url})
+    # The page's ids and sizes first, then whole only the tasks it can carry: a page of large
+    # tasks is not read whole to be cut.
+    sized = tasks.filter(**filters).only("pk").annotate(stored=_STORED)
+    page, next_url = parsing.newest_first(request, sized, DEFAULT_LIMIT, MAX_LIMIT)
+    ids = _within_answer(page)
+    found = {t.pk: t for t in _cut(Task.objects.filter(pk__in=ids), IN_LISTS)}
+    shown = [found[pk] for pk in ids if pk in found]
+    results = up_to_answer_size(_with_errors(shown, IN_LISTS))
+    if results and shown[len(results) - 1].pk != page[-1].pk:
+        # Cut short of its `limit` by size: the next page goes on after its last item.
+        next_url = parsing.page_after(request, shown[len(results) - 1].pk)
+    return Response({"results": results, "next": next_url})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import re
+import string
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -65,7 +65,7 @@ def _no_constants(name: str) -> Any:
 
 
 # application/json, or any application/<name>+json (RFC 6839); parameters such as charset aside.
-_JSON_TYPE_RE = re.compile(r"application/(?:json|[!#$&^_.+\w-]+\+json)", re.ASCII)
+_SUBTYPE_CHARS = frozenset(string.ascii_letters + string.digits + "!#$&^_.+-")
 
 
 class NotJson(BrokerError):
@@ -84,10 +84,18 @@ def require_json_type(request: HttpRequest) -> None:
     """
     meta = getattr(request, "_request", request).META
     given = (meta.get("CONTENT_TYPE") or "").split(";", 1)[0].strip().lower()
-    if given and not _JSON_TYPE_RE.fullmatch(given):
+    if given and not _is_json_type(given):
         raise NotJson(
             f"Request bodies must be JSON (Content-Type: application/json), not {given[:100]!r}."
         )
+
+
+def _is_json_type(given: str) -> bool:
+    kind, _, subtype = given.partition("/")
+    name, suffix = subtype[:-5], subtype[-5:]
+    return kind == "application" and (
+        subtype == "json" or (suffix == "+json" and bool(name) and set(name) <= _SUBTYPE_CHARS)
+    )
 
 
 def read_json(request: HttpRequest, *, required: bool = True) -> Any:
@@ -142,6 +150,19 @@ def parse_enqueue(data: Any) -> NewTask:
 # -- query strings ----------------------------------------------------------------------------
 
 
+# A filter given empty (`?key=`) is refused, not read as "no filter": a client whose variable came
+# out empty would otherwise list every task (or drain every queue) instead of hearing about it.
+GIVEN_EMPTY = "Given empty: give a value, or leave the parameter out."
+
+
+def query_text(params: Any, name: str) -> str | None:
+    """A query parameter as given; None when left out, a 400 naming it when given empty."""
+    raw = params.get(name)
+    if raw == "":
+        raise ValidationFailed({name: [GIVEN_EMPTY]})
+    return raw
+
+
 def query_int(
     params: Any, name: str, default: int, *, minimum: int = 0, cap: int | None = None
 ) -> int:
@@ -169,8 +190,8 @@ def newest_first(
     params = request.GET
     limit = query_int(params, "limit", default, minimum=1, cap=cap)
     rows = rows.order_by("-pk")
-    cursor = params.get("cursor")
-    if cursor is not None:  # given empty, a bad value like any other (API.md, Errors)
+    cursor = query_text(params, "cursor")
+    if cursor is not None:
         after = task_id(cursor)
         if after is None:
             raise ValidationFailed({"cursor": ["Not a cursor this API gave out."]})
@@ -179,9 +200,14 @@ def newest_first(
     if len(page) <= limit:
         return page, None
     page = page[:limit]
-    query = {k: v for k, v in params.items() if k != "cursor"}
-    query["cursor"] = str(page[-1].pk)
-    return page, request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
+    return page, page_after(request, page[-1].pk)
+
+
+def page_after(request: HttpRequest, last: int) -> str:
+    """The URL of the page that goes on after the item `last`: this one's, with its cursor."""
+    query = {k: v for k, v in request.GET.items() if k != "cursor"}
+    query["cursor"] = str(last)
+    return request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
 
 
 def queue_list(raw: str | None, name: str = "queue") -> list[str] | None:

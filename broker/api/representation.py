@@ -43,13 +43,19 @@ def claimed_task(task: Task | ClaimedTask) -> dict[str, Any]:
     }
 
 
-def _with_parents(body: dict[str, Any], parents: Sequence[Parent]) -> dict[str, Any]:
-    """`after` and `parents`: what the task waits or waited for, with their states and results,
-    so a step reads its inputs without another request."""
+def _with_parents(
+    body: dict[str, Any], parents: Sequence[Parent], results: bool = True
+) -> dict[str, Any]:
+    """`after` and `parents`: what the task waits or waited for, with their states and (unless
+    `results` is False: a list page's) results, so a step reads its inputs without another
+    request."""
     body["after"] = [str(p.pk) for p in parents]
-    body["parents"] = {
-        str(p.pk): {"state": p.state, "result": _json_text(p.result)} for p in parents
-    }
+    if results:
+        body["parents"] = {
+            str(p.pk): {"state": p.state, "result": _json_text(p.result)} for p in parents
+        }
+    else:
+        body["parents"] = {str(p.pk): {"state": p.state} for p in parents}
     return body
 
 
@@ -87,12 +93,13 @@ def listed_task(
     error_count: int,
     last_error: tuple[str | None, int],
     parents: Sequence[Parent] = (),
+    parent_results: bool = True,
 ) -> dict[str, Any]:
     """The task with the newest of its `error_count` errors, each as cut by the caller, and
     `last_error` as (head, whole length); a cut text says so (`truncated`); `parents`: what it
-    waits or waited for (`after`)."""
+    waits or waited for (`after`), with their results unless `parent_results` is False."""
     last_head, last_length = last_error
-    body = _with_parents(claimed_task(task), parents)
+    body = _with_parents(claimed_task(task), parents, parent_results)
     # A task without `after` has the default policy, though none applies to it.
     body["after_policy"] = task.after_policy or DEFAULT_AFTER_POLICY
     body.update(

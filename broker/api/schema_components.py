@@ -71,6 +71,12 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
 }  # fmt: skip
 _LISTED_TASK_FIELDS: dict[str, Schema] = {
     **_CLAIMED_TASK_FIELDS,
+    "parents": {
+        "type": "object",
+        "additionalProperties": _object({"state": ref("State"), "result": ANY_JSON}, ["state"]),
+        "description": "Per task in `after`: its state, and its result on GET /jobs/{id} (a "
+        "list page leaves the results out: `{}` when none).",
+    },
     "after_policy": {
         "type": "string",
         "enum": list(limits.AFTER_POLICIES),
@@ -227,7 +233,13 @@ LEASE_COMPONENTS: dict[str, Schema] = {
     "TaskPage": _object(
         {
             "results": {"type": "array", "items": ref("Task")},
-            "next": {"type": "string", "nullable": True, "description": "URL of the next page."},
+            "next": {
+                "type": "string",
+                "nullable": True,
+                "description": "URL of the next page: it goes on after this page's last task (a "
+                f"page stops adding tasks once its answer passes {limits.MAX_ANSWER_BYTES} "
+                "bytes, whatever `limit` asked).",
+            },
         },
         ["results", "next"],
     ),
@@ -329,7 +341,15 @@ BATCH_COMPONENTS: dict[str, Schema] = {
         closed=True,
     ),
     "Deliveries": _object(
-        {"deliveries": {"type": "array", "items": ref("Delivery"), "minItems": 1}},
+        {
+            "deliveries": {
+                "type": "array",
+                "items": ref("Delivery"),
+                "minItems": 1,
+                "description": "1 to `max`: no delivery is added once the answer passes "
+                f"{limits.MAX_ANSWER_BYTES} bytes (the tasks left out stay ready).",
+            }
+        },
         ["deliveries"],
     ),
     "SettledAndDeliveries": _object(

@@ -160,7 +160,10 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             "schedules",
             {
                 201: answer("Created.", ref("Schedule")),
-                400: BAD_REQUEST,
+                400: error_answer(
+                    "A field is invalid, or BROKER_MAX_SCHEDULES schedules exist already "
+                    "(`fields` names `name`); `fields` names each offender."
+                ),
                 409: error_answer("A schedule with this name exists."),
             },
             requestBody=_body(ref("ScheduleRequest"), required=True),

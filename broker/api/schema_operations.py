@@ -92,8 +92,9 @@ CURSOR = _query(
 )
 STATE = _query("state", ref("State"), "Only tasks in this state.")
 QUEUE = _query("queue", ref("QueueName"), "Only tasks of this queue.")
-TYPE = _query("type", {"type": "string"}, "Only tasks of this job type.")
-KEY = _query("key", {"type": "string", "maxLength": 128}, "Only tasks of this key.")
+# A filter given empty is a 400 (parsing.query_text), not "no filter".
+TYPE = _query("type", {"type": "string", "minLength": 1}, "Only tasks of this job type.")
+KEY = _query("key", {"type": "string", "minLength": 1, "maxLength": 128}, "Only tasks of this key.")
 WORKFLOW = _query(
     "workflow", {"type": "string", "pattern": TASK_ID_PATTERN}, "Only the steps of this workflow."
 )

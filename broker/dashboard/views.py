@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from broker import queue, queues
 from broker.api.errors import ValidationFailed, error_body
-from broker.dashboard import keys
+from broker.dashboard import charts, keys
+from broker.dashboard.access import Sight
 from broker.history import reading
 from broker.history.views import parse_range
 from broker.models import RESTRICTED, Queue, Task
@@ -36,6 +37,11 @@ TOP_ERRORS_CACHE_S = 10
 TOP_ERRORS_CACHE_KEY = "broker:dashboard:top-errors"
 # Running tasks listed, longest running first: the long ones are those people watch.
 RUNNING_SHOWN = 20
+# The parts of a snapshot a user may not view (access.Sight) are there, but empty.
+DICTS = ("gauges", "queues", "queue_settings", "totals", "top_keys")
+LISTS = ("top_errors", "running")
+NULLS = ("invariant", "oldest_ready_age_s")
+NO_COUNTS = "Your admin permissions let you view neither tasks nor queues."
 
 
 def _staff_json(view: Callable[[HttpRequest], HttpResponse]) -> Callable[..., HttpResponse]:
@@ -53,24 +59,38 @@ def _staff_json(view: Callable[[HttpRequest], HttpResponse]) -> Callable[..., Ht
 
 @staff_member_required
 def index(request: HttpRequest) -> HttpResponse:
+    sight = Sight.of(request)
     context = {
         **admin.site.each_context(request),
         "title": "Queue dashboard",
-        "initial": snapshot(),
+        "sight": sight,
+        "initial": snapshot(sight),
         "data_url": reverse("dashboard:data"),
         "dlq_url": reverse("admin:broker_deadtask_changelist"),
         "blocked_url": reverse("admin:broker_task_changelist") + "?state__exact=blocked",
         "history_url": reverse("dashboard:history"),
-        "queue_names": queues.names(),
-        # The last hour, drawn at once: a reload shows the past, not an empty chart.
-        "initial_history": history_answer({}),
     }
+    if sight.counts:
+        context.update(_charts(charts.Asked.of(request.GET)))
     return render(request, "dashboard/index.html", context)
+
+
+def _charts(asked: charts.Asked) -> dict[str, Any]:
+    """The history charts as the URL asks (range, queue), and the points both kinds of chart
+    start from: a reload shows the past at once, not an empty chart."""
+    names = queues.names()
+    return {
+        "asked": asked,
+        "queue_names": names if not asked.queue or asked.queue in names else [*names, asked.queue],
+        "ranges": charts.RANGES,
+        "initial_history": charts.history(asked),
+        "recent_history": charts.recent(),
+    }
 
 
 @_staff_json
 def data(request: HttpRequest) -> JsonResponse:
-    response = JsonResponse(snapshot())
+    response = JsonResponse(snapshot(Sight.of(request)))
     response["Cache-Control"] = "no-store"
     return response
 
@@ -78,7 +98,9 @@ def data(request: HttpRequest) -> JsonResponse:
 @_staff_json
 def history(request: HttpRequest) -> JsonResponse:
     """GET /stats/history's answer, for the staff session the dashboard runs in (the API
-    itself may want a bearer token)."""
+    itself may want a bearer token); for the users who may view counts."""
+    if not Sight.of(request).counts:
+        return JsonResponse({"error": NO_COUNTS}, status=403)
     try:
         body = history_answer(request.GET)
     except ValidationFailed as exc:
@@ -93,21 +115,39 @@ def history_answer(params: Any) -> dict[str, Any]:
     return {"step": asked.step, "points": reading.points(asked)}
 
 
-def snapshot() -> dict[str, Any]:
+def snapshot(sight: Sight) -> dict[str, Any]:
     """Gauges, lifetime totals, the invariant, the oldest ready task's age, the top errors, the
-    running tasks, and the busiest keys of the queues that go by key."""
+    running tasks, and the busiest keys of the queues that go by key: those `sight` allows,
+    the others empty (never read)."""
+    now = timezone.now()
+    shown: dict[str, Any] = {
+        "now": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "now_ms": int(now.timestamp() * 1000),
+        **{name: {} for name in DICTS},
+        **{name: [] for name in LISTS},
+        **dict.fromkeys(NULLS),
+    }
+    if sight.counts:
+        shown.update(_counts(now))
+    if sight.queues:
+        shown["queue_settings"] = queue_settings()
+    if sight.errors:
+        shown["top_errors"] = top_errors(in_dlq=sight.dead)
+    if sight.tasks:
+        shown["running"] = running_tasks()
+        shown["top_keys"] = keys.top_keys()
+    return shown
+
+
+def _counts(now: datetime) -> dict[str, Any]:
     counts = queue.stats()  # one snapshot
     overall, per_queue, totals = counts["gauges"], counts["queues"], counts["totals"]
-    now = timezone.now()
     failed = totals["nacked"] + totals["reclaimed"]
     settled = totals["retried"] + totals["buried"]
     oldest = _oldest_ready()
     return {
-        "now": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "now_ms": int(now.timestamp() * 1000),
         "gauges": overall,
         "queues": dict(sorted(per_queue.items())),
-        "queue_settings": queue_settings(),
         "totals": totals,
         "invariant": {
             "healthy": failed == settled,
@@ -115,9 +155,6 @@ def snapshot() -> dict[str, Any]:
             "retried_plus_buried": settled,
         },
         "oldest_ready_age_s": None if oldest is None else round((now - oldest).total_seconds(), 3),
-        "top_errors": top_errors(),
-        "running": running_tasks(),
-        "top_keys": keys.top_keys(),
     }
 
 
@@ -172,8 +209,9 @@ def _oldest_ready() -> datetime | None:
     return min((t for t in firsts if t is not None), default=None)
 
 
-def top_errors() -> list[dict[str, Any]]:
-    """The most common errors among dead tasks, each with a link to the DLQ filtered on it."""
+def top_errors(in_dlq: bool = True) -> list[dict[str, Any]]:
+    """The most common errors among dead tasks, each with a link to the DLQ filtered on it (or,
+    for who may not view the DLQ, to the dead tasks among all tasks)."""
     cached = cache.get(TOP_ERRORS_CACHE_KEY)
     if cached is None:
         rows = (
@@ -185,9 +223,16 @@ def top_errors() -> list[dict[str, Any]]:
         )
         cached = [(row["error_head"], row["n"]) for row in rows]
         cache.set(TOP_ERRORS_CACHE_KEY, cached, TOP_ERRORS_CACHE_S)
-    dlq = reverse("admin:broker_deadtask_changelist")
+    if in_dlq:
+        listed, dead = reverse("admin:broker_deadtask_changelist"), {}
+    else:
+        listed, dead = reverse("admin:broker_task_changelist"), {"state__exact": State.DEAD}
     return [
-        {"error": key, "count": n, "dlq_url": f"{dlq}?{urlencode(_error_lookup(key))}"}
+        {
+            "error": key,
+            "count": n,
+            "dlq_url": f"{listed}?{urlencode({**dead, **_error_lookup(key)})}",
+        }
         for key, n in cached
     ]
 

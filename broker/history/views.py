@@ -27,7 +27,7 @@ _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def _time(params: Any, name: str) -> datetime | None:
-    raw = params.get(name)
+    raw = parsing.query_text(params, name)
     if raw is None:
         return None
     if not _RFC3339.fullmatch(raw):
@@ -51,7 +51,7 @@ def parse_range(params: Any) -> Range:
     if step not in HISTORY_STEPS:
         allowed = " or ".join(str(s) for s in HISTORY_STEPS)
         raise ValidationFailed({"step": [f"Must be {allowed} (seconds)."]})
-    queue = params.get("queue")
+    queue = parsing.query_text(params, "queue")
     if queue is not None:
         queue = parsing.queue_name(queue)
     until = _time(params, "until") or current_time()

@@ -153,9 +153,12 @@ class Task(models.Model):
                 fields=["available_at"], condition=Q(state="delayed"), name="task_delayed_idx"
             ),
             models.Index(fields=["updated_at"], condition=Q(state="dead"), name="task_dead_idx"),
-            # A workflow's steps (its page, cancel_steps, the Workflow's deletion).
+            # A workflow's steps (its page, cancel_steps, the Workflow's deletion); with the
+            # state, whether one is still live is one probe (retention keeps such workflows).
             models.Index(
-                fields=["workflow"], condition=Q(workflow__isnull=False), name="task_workflow_idx"
+                fields=["workflow", "state"],
+                condition=Q(workflow__isnull=False),
+                name="task_workflow_idx",
             ),
             # Retention: the sweeper prunes the oldest finished tasks in small batches.
             models.Index(
@@ -198,7 +201,9 @@ class Dependency(models.Model):
                 fields=["child", "parent", "key_order"], name="dependency_child_parent"
             )
         ]
-        indexes = [models.Index(fields=["parent"], name="dependency_parent_idx")]
+        # A parent's rows; with the child, whether one waits with a lower id is one probe (a
+        # settle in one statement: broker.queue.sqlrelease.in_one_statement).
+        indexes = [models.Index(fields=["parent", "child"], name="dependency_parent_idx")]
 
     def __str__(self) -> str:
         return f"task {self.child_id} after {self.parent_id}"

@@ -5,10 +5,11 @@ wake-up hub: the request unwinds, its thread goes back to gunicorn's pool, and t
 goes to this loop (broker/parking/worker.py). The loop watches the socket for a hang-up and
 a timer for the poll's next look (its deadline, a rate limit's next token, a deaf listener's
 tick); the hub's wake-up takes the poll out of the loop itself. Woken or due, the poll is handed
-back to a thread, which serves the same request again from the start (its body kept) and finds
-the parked claim in `Slot.wait`: it looks, answers, or parks again. A parked poll costs a
-socket, an epoll entry and a few small objects; a client that hangs up is dropped here, its wake
-passed on, and is never handed a task.
+back to a thread, which serves the same request again from the start and finds the parked claim
+in `Slot.wait`: it looks, answers, or parks again. Its body is not kept (an SQS receive may be
+3 MiB): what the claim needs of it, its view kept in `Slot.memo` on the first dispatch. A
+parked poll costs a socket, an epoll entry and a few small objects; a client that hangs up is
+dropped here, its wake passed on, and is never handed a task.
 
 Nothing here imports Django: gunicorn loads the worker class before Django is set up.
 """
@@ -62,15 +63,26 @@ class Wait(Protocol):
 
 
 class Slot:
-    """What the parking worker puts in a request's environ; it outlives one dispatch."""
+    """What the parking worker puts in a request's environ; it outlives one dispatch.
+
+    A request that parks keeps no body: its later dispatches read an empty one (Content-Length
+    0). So a view that may park reads what it needs of its body on the first dispatch and keeps
+    it through `once` (the claim's parameters, not the body), and knows a later dispatch by
+    `resumed`.
+    """
 
     __slots__ = ("memo", "wait")
 
     def __init__(self) -> None:
         self.wait: Wait | None = None
         # Work done before the claim that must not be done again on a later dispatch (the acks
-        # of POST /jobs/claim): its answer, by name.
+        # of POST /jobs/claim), and what a later one needs of the body: its answer, by name.
         self.memo: dict[str, Any] = {}
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this dispatch serves a parked claim again (woken, or its wait over)."""
+        return self.wait is not None
 
     def once(self, key: str, work: Callable[[], Any]) -> Any:
         if key not in self.memo:

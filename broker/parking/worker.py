@@ -2,7 +2,7 @@
 
 A claim that must wait raises `broker.parking.loop.Parked`: the request's thread goes back to the
 pool, and the connection to the process's ParkingLoop (an epoll set). Woken, due, or at the end of
-its wait, the poll is served again in a thread from its kept environ and body, and answers as any
+its wait, the poll is served again in a thread from its kept environ, and answers as any
 request does (the access log, keep-alive, the next request on the connection). So a node holds
 as many idle workers as it has file descriptors, while `threads` bounds only the requests being
 worked on. HTTP/2 streams are served as gthread serves them (their claims wait in the thread).
@@ -42,32 +42,6 @@ BUSY_QUEUE = 16
 # graceful close), and how much of what the client still sends is read at a time.
 LINGER_S = 2.0
 LINGER_BYTES = 65536
-
-
-class _KeptBody:
-    """The request body as gunicorn reads it, kept for the dispatches after a park."""
-
-    def __init__(self, body: Any) -> None:
-        self._body = body
-        self.read_so_far: list[bytes] = []
-
-    def read(self, size: int | None = None) -> bytes:
-        data: bytes = self._body.read(size)
-        self.read_so_far.append(data)
-        return data
-
-    def readline(self, size: int | None = None) -> bytes:
-        data: bytes = self._body.readline(size)
-        self.read_so_far.append(data)
-        return data
-
-    def readlines(self, hint: int | None = None) -> list[bytes]:
-        lines: list[bytes] = self._body.readlines(hint)
-        self.read_so_far.extend(lines)
-        return lines
-
-    def __iter__(self) -> Any:
-        return iter(self.readline, b"")
 
 
 def _peer(conn: Any) -> str:
@@ -249,8 +223,8 @@ class ParkingWorker(ThreadWorker):
         if conn.cut:
             return False  # where the next request would start is unknown
         if isinstance(keepalive, ParkedPoll):
-            # The body is read already (kept); whatever the client sent past it is drained now
-            # or the connection closes after the answer.
+            # What the view did not read of the body is drained now, or the connection closes
+            # after the answer.
             keepalive.keepalive = super()._keepalive_after(conn, True)
             return keepalive
         return super()._keepalive_after(conn, keepalive)
@@ -288,8 +262,6 @@ class ParkingWorker(ThreadWorker):
                 started = datetime.now()
                 resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, self.cfg)
                 environ["wsgi.multithread"] = True
-                kept = _KeptBody(environ["wsgi.input"])
-                environ["wsgi.input"] = kept
                 slot = environ[ENVIRON_KEY] = Slot()
                 self.nr += 1
                 if self.nr >= self.max_requests:
@@ -300,7 +272,6 @@ class ParkingWorker(ThreadWorker):
             else:
                 started, environ, slot = poll.started, poll.environ, poll.slot
                 resp = wsgi.Response(req, conn.sock, self.cfg)
-                environ["wsgi.input"].seek(0)
             if not self.alive or not self.cfg.keepalive:
                 resp.force_close()
             elif len(self.keepalived_conns) >= self.max_keepalived:
@@ -310,7 +281,8 @@ class ParkingWorker(ThreadWorker):
             except Parked as park:
                 parked = True
                 if poll is None:
-                    environ["wsgi.input"] = io.BytesIO(b"".join(kept.read_so_far))
+                    # Its body is not kept (Slot): what the claim needs of it is in its slot.
+                    environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(), "0"
                     return ParkedPoll(conn, req, environ, slot, started, park.due)
                 poll.due = park.due
                 return poll

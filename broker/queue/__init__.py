@@ -7,6 +7,7 @@ target states and counters of each move come from `broker.states.TRANSITIONS`.
 
     enqueue.py      enqueue, enqueue_many
     lease.py        claim, settle (ack/nack, one or many), extend
+    sizing.py       a claim's answer size: one of several stops adding tasks past 8 MiB
     progress.py     progress: the holder's report and checkpoint (no state change)
     restricted.py   the claim of paused and limited queues (max_in_flight, rate_per_s)
     deadletters.py  requeue, discard (out of the DLQ for good), cancel, cancel_queue (purge)
@@ -54,6 +55,7 @@ from broker.queue.progress import Report, progress
 from broker.queue.redelivery import ack_lapsed, limit_receives, release, release_many
 from broker.queue.sweeps import (
     Pending,
+    Pruned,
     hold_reclaims,
     pending,
     promote_delayed,
@@ -71,6 +73,7 @@ __all__ = [
     "NewTask",
     "Outcome",
     "Pending",
+    "Pruned",
     "Report",
     "Settle",
     "ack",

@@ -27,6 +27,7 @@ def cancel(task_id: int) -> None:
     """
     sources, target, _ = TRANSITIONS["cancel"]
     with transaction.atomic():
+        dependencies.lock_for_cancel([task_id])
         dependencies.hold_turns([task_id])
         # Read (and lock) first: the 404/409 decision and the log line both need the old state.
         row = (
@@ -42,10 +43,11 @@ def cancel(task_id: int) -> None:
             raise InvalidTransition(f"The task is already {state}.")
         now = current_time()
         Task.objects.filter(pk=task_id).update(**_ending_lease(target, now))
+        dependencies.after_finish({task_id: target}, now)  # the cascade, in this transaction
+        # The counter rows after every task lock (dependencies: lock order).
         counters.bump(counters.count_moves(("cancel",), [(queue_name, state, target)]))
         if state == State.HANDED_OUT:
             restricted.wake_freed({queue_name: 1})
-        dependencies.after_finish({task_id: target}, now)  # the cascade, in this transaction
     observe.moved(state, target, task=task_id, queue=queue_name, attempts=attempts)
 
 
@@ -110,6 +112,7 @@ def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> 
         chunk = ids[start : start + _BATCH]
         with transaction.atomic():
             if target == TRANSITIONS["cancel"][1]:
+                dependencies.lock_for_cancel(chunk)
                 dependencies.hold_turns(chunk)
             rows = list(
                 Task.objects.select_for_update()
@@ -124,9 +127,10 @@ def _move_many(task_ids: Iterable[int], event: str, changes: dict[str, Any]) -> 
             if target == State.READY:
                 update["available_at"] = now
             Task.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(**update)
-            counters.bump(counters.count_moves((event,), [(q, s, target) for _, q, s in rows]))
             if target == TRANSITIONS["cancel"][1]:
                 dependencies.after_finish({pk: target for pk, _, _ in rows}, now)
+            # The counter rows after every task lock (dependencies: lock order).
+            counters.bump(counters.count_moves((event,), [(q, s, target) for _, q, s in rows]))
             if event == "requeue":
                 trim_errors([pk for pk, _, _ in rows])
                 keys.requeued([pk for pk, _, _ in rows])  # the end of their key's line

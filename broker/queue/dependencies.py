@@ -7,11 +7,23 @@ counts the rows not yet satisfied, and the move that takes it to 0 releases the 
 "done", a cancelled parent cancels the child, and so on down every chain of "done" waits; a dead
 one leaves it blocked until the parent is requeued and done.
 
-Locks go parent first, then child, in id order, as the graph runs: an enqueue bumps its parents'
-`children` (their row locks) before it reads their states, so a parent that finishes meanwhile
-either sees the new row or makes the enqueue wait and read it finished. The PostgreSQL settles
-(sql.ACK_ONE, sql.SETTLE) do the same in their one statement; the moves made in Python (cancel,
-reclaim, release, SQLite's settle) call after_finish() inside their transaction.
+The PostgreSQL settles (sql.ACK_ONE, sql.SETTLE) release in their one statement; the moves made
+in Python (cancel, reclaim, release, SQLite's settle) call after_finish() inside their transaction.
+
+Lock order: every move of a graph locks its tasks in id order, so that no two requests on one
+graph deadlock, whatever mix of enqueues, settles, cancels and requeues meets on it, and each
+locks its tasks before the counter rows its move bumps.
+- An enqueue locks the tasks it names in one pass (bumping their `children`) before it reads
+  their states, so a parent that finishes meanwhile either sees the new row or makes the enqueue
+  wait and read it finished.
+- A settle locks its tasks, then the tasks waiting for them, in its one statement when that is
+  in order (each of those comes after every task it settles: a task enqueued after another
+  does, a workflow step listed before the step it waits for does not) and no enqueue named one
+  of them meanwhile; else it locks them all in one pass first and settles in a second statement
+  (sqlrelease.in_one_statement, sql.LOCK_SETTLED): answered at once however many enqueues race.
+- A cancel (one task, many, a workflow's steps, a discard from the DLQ) first locks in one pass
+  everything its cascade may move or count down (lock_for_cancel).
+- A requeue locks the dead tasks in one pass; it moves no other task.
 """
 
 from __future__ import annotations
@@ -68,12 +80,23 @@ class Blocking:
     satisfied: tuple[bool, ...]  # per item of `after`
 
 
+_BUMP_IN_ORDER = (
+    "UPDATE broker_task t SET children = t.children + 1 FROM (SELECT id FROM broker_task"
+    " WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE) AS p WHERE t.id = p.id"
+)
+
+
 def lock_parents(named: Iterable[int]) -> dict[int, str]:
     """Lock the tasks `named` (bumping their `children`) and read their states as committed now;
     an unknown id is left out. Call in the enqueue's transaction."""
     ids = sorted(set(named))
-    # One UPDATE, by key in id order: the row locks that finishing moves of a parent wait on.
-    Task.objects.filter(pk__in=ids).update(children=F("children") + 1)
+    # The row locks that finishing moves of a parent wait on, taken in id order (as every move
+    # of a graph takes its locks: see the module docstring).
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_BUMP_IN_ORDER, {"ids": ids})
+    else:
+        Task.objects.filter(pk__in=ids).update(children=F("children") + 1)
     # A statement of its own: under READ COMMITTED it reads what committed while it waited.
     return dict(Task.objects.filter(pk__in=ids).values_list("pk", "state"))
 
@@ -188,6 +211,35 @@ def _one_level(parents: Mapping[int, str], now: datetime, moves: list[Move]) -> 
     return cancelled
 
 
+# What a cancel of `ids` may lock, locked in one pass in id order (lock_for_cancel): the tasks
+# themselves, down every chain of "done" waits through tasks still blocked (those the cascade
+# cancels), every task waiting for one of those (counted down, or given its key's turn), and the
+# earlier tasks of their keys they wait for (hold_turns, _hand_over_turns).
+_CANCEL_REACH = (
+    "WITH RECURSIVE ended(id) AS (SELECT unnest(%(ids)s::bigint[])"
+    " UNION SELECT d.child_id FROM broker_dependency d JOIN ended e ON d.parent_id = e.id"
+    " JOIN broker_task c ON c.id = d.child_id"
+    " WHERE NOT d.satisfied AND NOT d.finished_ok AND NOT d.key_order AND c.state = 'blocked')"
+    " SELECT t.id FROM broker_task t WHERE t.id IN (SELECT id FROM ended"
+    " UNION SELECT d.child_id FROM broker_dependency d JOIN ended e ON d.parent_id = e.id"
+    " WHERE NOT d.satisfied"
+    " UNION SELECT d.parent_id FROM broker_dependency d JOIN ended e ON d.child_id = e.id"
+    " WHERE d.key_order AND NOT d.satisfied) ORDER BY t.id FOR UPDATE OF t"
+)
+
+
+def lock_for_cancel(task_ids: Sequence[int]) -> None:
+    """First in a cancel's transaction (PostgreSQL): lock, in one pass in id order, every task
+    the cancel of `task_ids` may move or count down (_CANCEL_REACH), so that it never takes a
+    lock out of order, nor holds a counter row while it waits for one. A task enqueued after one
+    of them meanwhile is newer than all of them: its lock, taken later by the cascade, is still
+    in order."""
+    if connection.vendor != "postgresql" or not task_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_CANCEL_REACH, {"ids": sorted(set(task_ids))})
+
+
 def hold_turns(task_ids: Sequence[int]) -> None:
     """Before locking tasks a cancel may end: lock the tasks that those of them still waiting
     for their key's turn wait for (bumping `children`, as an enqueue does), parent first as the
@@ -265,16 +317,18 @@ def _write(updates: list[tuple[Any, ...]], now: datetime) -> None:
 # -- reading ----------------------------------------------------------------------------------
 
 
-def parents_of(children: Iterable[int]) -> dict[int, list[Parent]]:
-    """Per child, the tasks it named in `after`, in that order, with their state and result."""
+def parents_of(children: Iterable[int], results: bool = True) -> dict[int, list[Parent]]:
+    """Per child, the tasks it named in `after`, in that order, with their state and result
+    (None for every one with `results` False: they are not read)."""
     found: dict[int, list[Parent]] = defaultdict(list)
+    columns = ("child_id", "parent_id", "parent__state", *(("parent__result",) * results))
     rows = (
         Dependency.objects.filter(child_id__in=list(children), key_order=False)
         .order_by("child_id", "position")
-        .values_list("child_id", "parent_id", "parent__state", "parent__result")
+        .values_list(*columns)
     )
-    for child, parent, state, result in rows:
-        found[child].append(Parent(parent, state, result))
+    for child, parent, state, *result in rows:
+        found[child].append(Parent(parent, state, result[0] if result else None))
     return found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import uuid
@@ -17,7 +18,7 @@ from django.db.models import F
 from broker import observe
 from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
 from broker.models import Task
-from broker.queue import counters, dependencies, restricted, sql
+from broker.queue import counters, dependencies, restricted, sizing, sql
 from broker.queue.base import (
     ClaimedTask,
     Delivery,
@@ -35,10 +36,9 @@ from broker.states import TRANSITIONS, State
 
 _HANDED_OUT = TRANSITIONS["claim"][1]
 _OUTCOMES: tuple[Outcome, ...] = (None, TaskNotHeld, LeaseMismatch)  # sql.SETTLE's codes
-_AGAIN = 3  # sql.SETTLE: held under the item's lease, not moved: settle it again
-# A settle that meets a new dependant of its task (sqlrelease.unchanged) runs again, at most
-# this often.
-_TRIES = 3
+# sql.SETTLE: held under the item's lease, not moved (not safe in one statement, see
+# sqlrelease.in_one_statement): settle it again, locking first (_in_lock_order).
+_AGAIN = 3
 
 
 # -- claim ------------------------------------------------------------------------------------
@@ -57,9 +57,10 @@ def claim(
     """Hand out up to `limit` ready tasks, priority then oldest first: ready → handed_out.
 
     Nothing from a paused queue; from a limited one, no more than its settings allow (see
-    broker.queue.restricted). On PostgreSQL, SKIP LOCKED lets concurrent claimers pass each
-    other's rows instead of waiting; on SQLite the IMMEDIATE transaction holds the write lock
-    from BEGIN.
+    broker.queue.restricted). Of several, none past the one that takes the answer past
+    MAX_ANSWER_BYTES (broker.queue.sizing): those are not handed out. On PostgreSQL, SKIP LOCKED
+    lets concurrent claimers pass each other's rows instead of waiting; on SQLite the IMMEDIATE
+    transaction holds the write lock from BEGIN.
     """
     now = current_time()
     lease_id = uuid.uuid4().hex
@@ -74,7 +75,7 @@ def claim(
         else:
             found = _claim_generic(hand)
     if found is None:
-        found, retry_in = restricted.claim(hand)
+        found, retry_in = _claim_restricted(hand)
     tasks = [ClaimedTask(*row) for row in found]
     waited = [task.pk for task in tasks if task.after_policy is not None]
     parents = dependencies.parents_of(waited) if waited else {}
@@ -92,13 +93,25 @@ def claim(
     return claimed
 
 
+def _claim_restricted(hand: restricted.Hand) -> tuple[list[tuple[Any, ...]], float | None]:
+    """restricted.claim; taken again for fewer tasks (its transaction rolled back, nothing
+    handed out) when its answer would pass MAX_ANSWER_BYTES."""
+    while True:
+        try:
+            return restricted.claim(hand)
+        except sizing.Oversize as over:
+            hand = dataclasses.replace(hand, limit=over.keep)
+
+
 def _claim_pg(hand: restricted.Hand) -> list[tuple[Any, ...]] | None:
     """The claim as one statement; None when a restricted queue is in its scope."""
-    queues = hand.queues
+    queues, many = hand.queues, hand.limit > 1
     if not queues:
-        statement = sql.CLAIM_ANY
+        statement = sql.CLAIM_ANY_MANY if many else sql.CLAIM_ANY
+    elif len(queues) == 1:
+        statement = sql.CLAIM_ONE_QUEUE_MANY if many else sql.CLAIM_ONE_QUEUE
     else:
-        statement = sql.CLAIM_ONE_QUEUE if len(queues) == 1 else sql.CLAIM_QUEUES
+        statement = sql.CLAIM_QUEUES_MANY if many else sql.CLAIM_QUEUES
     params = {**hand.params(), "queue": queues[0] if queues else None}
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
@@ -115,7 +128,7 @@ def _claim_generic(hand: restricted.Hand) -> list[tuple[Any, ...]] | None:
             found = restricted.unless_gated(hand.queues, cursor.fetchall())
         if found is None:
             return None
-        return hand_out_generic(hand, found)
+        return hand_out_generic(hand, found[: sizing.fitting(found)])
 
 
 def hand_out_generic(hand: restricted.Hand, found: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -187,25 +200,46 @@ def _ack_one_pg(pk: int | None, lease_id: str, body: str | None, now: datetime) 
         return Settled(TaskNotHeld)
     params = {"id": pk, "lease_id": lease_id, "body": body, "now": now, "shard": shard()}
     with connection.cursor() as cursor:
-        for _ in range(_TRIES):
-            cursor.execute(sql.ACK_ONE, params)
-            row = cursor.fetchone()
-            if row is not None:
-                if row[3]:
-                    observe.moved(State.BLOCKED, "ready|delayed", count=row[3])
-                return Settled(None, row[0], row[1], State.DONE.value)
-            cursor.execute("SELECT state, lease_id FROM broker_task WHERE id = %s", [pk])
-            found = cursor.fetchone()
-            # Still held under this lease: a dependant was enqueued meanwhile (sql._unchanged).
-            if found is None or found != (_HANDED_OUT, lease_id):
-                break
-    held = found is not None and found[0] == _HANDED_OUT
-    return Settled(LeaseMismatch if held else TaskNotHeld)
+        cursor.execute(sql.ACK_ONE, {**params, "locked": False})
+        row = cursor.fetchone()
+        found = None if row is not None else _holder(cursor, pk)
+        if found == (_HANDED_OUT, lease_id):
+            # Not safe in one statement (sqlrelease.in_one_statement): once more, locking
+            # first. It moves the task, whatever is enqueued after it meanwhile.
+            rows = _in_lock_order([pk], sql.ACK_ONE, params)
+            row = rows[0] if rows else None
+            found = None if row is not None else _holder(cursor, pk)
+    if row is None:
+        held = found is not None and found[0] == _HANDED_OUT and found[1] != lease_id
+        return Settled(LeaseMismatch if held else TaskNotHeld)
+    if row[3]:
+        observe.moved(State.BLOCKED, "ready|delayed", count=row[3])
+    return Settled(None, row[0], row[1], State.DONE.value)
+
+
+def _holder(cursor: Any, pk: int) -> tuple[str, str | None] | None:
+    """The task's (state, lease_id) now; None when there is no such task."""
+    cursor.execute("SELECT state, lease_id FROM broker_task WHERE id = %s", [pk])
+    found: tuple[str, str | None] | None = cursor.fetchone()
+    return found
+
+
+def _in_lock_order(ids: list[int], statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run a settle `statement` in a transaction that first takes its locks in id order: its
+    tasks and every task waiting for one of them (sql.LOCK_SETTLED), so that no enqueue can name
+    them meanwhile and nothing is locked out of order. Its rows."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql.LOCK_SETTLED, {"ids": sorted(set(ids))})
+        cursor.execute(statement, {**params, "locked": True})
+        return cursor.fetchall()
 
 
 def _settle_pg(
-    acks: list[Settle], nacks: list[Settle], now: datetime, tries: int = _TRIES
+    acks: list[Settle], nacks: list[Settle], now: datetime, *, locked: bool = False
 ) -> list[Settled]:
+    """sql.SETTLE: in one statement; the items it could not settle so (_AGAIN), once more in
+    lock order (locked: this is that run)."""
+    ids = [a[0] for a in acks] + [n[0] for n in nacks]
     params = {
         "acks": len(acks),
         "ack_ids": [a[0] for a in acks],
@@ -219,11 +253,15 @@ def _settle_pg(
         "shard": shard(),
         "retry_base_ms": settings.BROKER_RETRY_BASE_MS,
         "retry_max_ms": settings.BROKER_RETRY_MAX_MS,
+        "top": max((pk for pk in ids if pk is not None), default=0),
     }
-    with connection.cursor() as cursor:
-        statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
-        cursor.execute(statement, params)
-        rows = cursor.fetchall()
+    statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
+    if locked:
+        rows = _in_lock_order([pk for pk in ids if pk is not None], statement, params)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, {**params, "locked": False})
+            rows = cursor.fetchall()
     if rows and rows[0][6]:
         observe.moved(State.BLOCKED, "ready|delayed", count=rows[0][6])
     answers = [
@@ -231,12 +269,11 @@ def _settle_pg(
         for _, code, queue, attempts, state, _, _ in rows
     ]
     again = [i for i, row in enumerate(rows) if row[1] == _AGAIN]
-    if again and tries > 1:
+    if again and not locked:
         acks_again = [acks[i] for i in again if i < len(acks)]
         nacks_again = [nacks[i - len(acks)] for i in again if i >= len(acks)]
-        for i, answer in zip(
-            again, _settle_pg(acks_again, nacks_again, now, tries - 1), strict=True
-        ):
+        retried = _settle_pg(acks_again, nacks_again, now, locked=True)
+        for i, answer in zip(again, retried, strict=True):
             answers[i] = answer
     return answers
 

@@ -59,11 +59,12 @@ def fail_held(rows: Sequence[Held], now: datetime, error: str, *, at_once: bool)
     # deletes the message (ack_lapsed) until it is received again; a requeue drops it.
     write_settled(updates, now, keep_lease=True)
     TaskError.objects.bulk_create(errors)
-    counters.bump(counters.count_moves(_EVENTS, moves))
     waited_for = {row[0] for row in rows if row[5]}
     buried = {u[4]: _BURY for u in updates if u[0] == _BURY and u[4] in waited_for}
     if buried:
         dependencies.after_finish(buried, now)  # a "finished" wait is over for a dead task
+    # The counter rows after every task lock (dependencies: lock order).
+    counters.bump(counters.count_moves(_EVENTS, moves))
     # Unlimited attempts would otherwise grow a task's error history without bound.
     long_lived = [r[0] for r in rows if r[3] is None and r[2] > MAX_KEPT_ERRORS]
     if long_lived:
@@ -126,8 +127,8 @@ def ack_lapsed(items: Sequence[tuple[int | None, str]]) -> list[bool]:
                 state=target, lease_id=None, updated_at=now
             )
             moves: list[Move] = [(queue, state, target) for _, _, queue, state in moving]
-            counters.bump(counters.count_moves(("ack_lapsed",), moves))
             dependencies.after_finish({row[0]: target for row in moving}, now)
+            counters.bump(counters.count_moves(("ack_lapsed",), moves))  # after every task lock
     moved = {row[0] for row in moving}
     for pk, _, queue, state in moving:
         observe.moved(state, target, task=pk, queue=queue)

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Q, Sum
 
 from broker.models import RESTRICTED, Queue, QueueCounter, Task
-from broker.queue import keyclaims, sql
+from broker.queue import keyclaims, sizing, sql
 from broker.queue.base import current_time, shard
 from broker.wakeup import announce
 
@@ -204,6 +204,7 @@ def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Gr
             cursor.execute(sql.CLAIM_ALLOWED_EVERY if every else sql.CLAIM_ALLOWED, params)
             found += cursor.fetchall()
         _spend(cursor, grants, found, at)
+        sizing.check(found)  # an answer past its size: rolled back, taken again for fewer
     return found, grants, skipped
 
 
@@ -289,6 +290,7 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
                 Queue.objects.filter(name=g.name).update(
                     tokens=g.tokens - taken[g.name], refilled_at=at
                 )
+        sizing.check(claimed)  # as _claim_pg's
     return claimed, _retry_in(grants, claimed)
 
 

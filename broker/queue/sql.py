@@ -10,18 +10,21 @@ counters they move come from one table. Values always go as parameters.
 from __future__ import annotations
 
 from broker.queue.base import API_TIME_SQL, MAX_KEPT_ERRORS
+from broker.queue.sizing import DELIVERY_BYTES, NULL_BYTES, PARENT_BYTES
 from broker.queue.sqlparts import DELTA_TABLE, backoff, bucket, counted
 from broker.queue.sqlrelease import (
+    LOCK_SETTLED,
     RELEASE_EVENTS,
     RELEASED,
     SETTLED_AND_RELEASED,
+    in_one_statement,
     release_after,
-    unchanged,
 )
 from broker.states import State
 from broker.wakeup import CHANNEL
+from contract.limits import MAX_ANSWER_BYTES
 
-__all__ = ["backoff"]  # for tests that hold the SQL backoff to states.backoff_ms
+__all__ = ["LOCK_SETTLED", "backoff"]  # backoff: tests hold the SQL one to states.backoff_ms
 
 # -- claim ------------------------------------------------------------------------------------
 
@@ -59,13 +62,29 @@ QUEUE_TABLE = "broker_queue"
 _MARKER = ", ".join(["NULL"] * len(CLAIM_COLUMNS))  # and NULL sort keys: it sorts last
 
 
-def _claim(picked: str, gate: str | None = None, prefix: str = "") -> str:
+# A delivery's size as broker.queue.sizing reckons it, of a broker_task row `t`: its stored JSON
+# (octet_length reads a value's header: nothing is detoasted) and the allowances.
+DELIVERY_SIZE = (
+    f"{DELIVERY_BYTES} + octet_length(t.payload)"
+    f" + coalesce(octet_length(t.checkpoint), {NULL_BYTES})"
+    " + CASE WHEN t.after_policy IS NULL THEN 0 ELSE (SELECT coalesce(sum("
+    f"{PARENT_BYTES} + coalesce(octet_length(p.result), {NULL_BYTES})), 0)"
+    " FROM broker_dependency d JOIN broker_task p ON p.id = d.parent_id"
+    " WHERE d.child_id = t.id AND NOT d.key_order) END"
+)
+
+
+def _claim(picked: str, gate: str | None = None, prefix: str = "", many: bool = False) -> str:
     """Hand out the rows `picked` selects (locked, in claim order) and count them.
 
     `gate` (a condition on broker_queue rows, the claim's scope): the claim takes nothing when a
     restricted queue is in its scope, and answers one extra row of NULLs to say so; the caller
     then takes the restricted path. One statement reads the settings and claims, so a pause is
     obeyed by every process from the instant it commits, and no process caches anything.
+
+    `many` (a claim of more than one): of the rows picked, only those before which the answer
+    has not passed MAX_ANSWER_BYTES (as broker.queue.sizing reckons it) are handed out; the
+    others are left as they were, ready.
     """
     returning = ", ".join(f"t.{c}" for c in CLAIM_COLUMNS)
     gated = (
@@ -77,14 +96,23 @@ def _claim(picked: str, gate: str | None = None, prefix: str = "") -> str:
     marker = (
         f" UNION ALL SELECT {_MARKER}, NULL, NULL FROM gate WHERE held" if gate is not None else ""
     )
+    fitting = (
+        "), fitting AS (SELECT id FROM (SELECT s.id, sum(s.size) OVER"
+        f" (ORDER BY s.priority, s.available_at, s.id) - s.size AS before FROM (SELECT t.id,"
+        f" t.priority, t.available_at, {DELIVERY_SIZE} AS size FROM picked"
+        f" JOIN broker_task t ON t.id = picked.id) AS s) AS f WHERE before <= {MAX_ANSWER_BYTES}"
+        if many
+        else ""
+    )
+    handed = "fitting AS picked" if many else "picked"
     return (
-        f"WITH {prefix}{gated}picked AS ({picked}"
+        f"WITH {prefix}{gated}picked AS ({picked}{fitting}"
         "), claimed AS ("
         # Saturated: a task with unlimited attempts must not overflow the smallint.
         " UPDATE broker_task t SET state = 'handed_out', attempts = least(t.attempts + 1, 32767),"
         " lease_id = %(lease_id)s, lease_deadline = %(deadline)s, claimed_at = %(now)s,"
         " worker = %(worker)s, updated_at = %(now)s"
-        f" FROM picked WHERE t.id = picked.id RETURNING {returning},"
+        f" FROM {handed} WHERE t.id = picked.id RETURNING {returning},"
         " 'ready'::text AS o, t.state AS n"
         f"), counted AS ({counted('claimed', ('claim',))})"
         f" SELECT {_OUT_NAMES} FROM ({_CLAIM_OUT}{marker}) AS out"
@@ -131,15 +159,20 @@ def _per_queue(source: str, limit: str) -> str:
     )
 
 
-# Each takes nothing (and says so) when a restricted queue is in its scope: see _claim.
-CLAIM_ANY = _claim(_pick(""), gate="")
-CLAIM_ONE_QUEUE = _claim(_pick(_in_queue("%(queue)s"), _QUEUE_ORDER), gate=" AND name = %(queue)s")
-CLAIM_QUEUES = _claim(
+# Each takes nothing (and says so) when a restricted queue is in its scope: see _claim. Those
+# of one task; then those of many, which stop adding tasks once the answer passes its size.
+_ANY = (_pick(""), "")
+_ONE_QUEUE = (_pick(_in_queue("%(queue)s"), _QUEUE_ORDER), " AND name = %(queue)s")
+_QUEUES = (
     _per_queue(
         f"(SELECT name FROM unnest(%(queues)b::varchar[]) AS u(name) WHERE{_OPEN[4:]}) AS q",
         "%(limit)s",
     ),
-    gate=" AND name = ANY(%(queues)b::varchar[])",
+    " AND name = ANY(%(queues)b::varchar[])",
+)
+CLAIM_ANY, CLAIM_ONE_QUEUE, CLAIM_QUEUES = (_claim(*c) for c in (_ANY, _ONE_QUEUE, _QUEUES))
+CLAIM_ANY_MANY, CLAIM_ONE_QUEUE_MANY, CLAIM_QUEUES_MANY = (
+    _claim(*c, many=True) for c in (_ANY, _ONE_QUEUE, _QUEUES)
 )
 
 
@@ -261,10 +294,12 @@ def _settle(acks: bool, nacks: bool) -> str:
     parsing of statements up to 4 KiB, and PostgreSQL plans less).
 
     Items are numbered acks first, then nacks; `wanted` keeps the first of repeated (id, lease)
-    pairs. Rows are locked in id order, so two settles of the same tasks never deadlock. The last
-    SELECT reads the tasks as they were before this statement: an item not settled is a 409 when
-    its task was handed out under another lease, a 3 when under its own (a repeated item, or one
-    changed since the snapshot: see unchanged; the caller settles it again), else a 404. A
+    pairs. Rows are locked in id order, then their dependants in id order (all after the items:
+    see in_one_statement). The last SELECT reads the tasks as they were before this statement: an
+    item not settled is a 409 when its task was handed out under another lease, a 404 when an
+    earlier item of the same task settled it, a 3 when it is still held under its own (not safe
+    in one statement, see in_one_statement, or settled meanwhile by another request: the caller
+    settles it again, locking first), else a 404. A
     nacked task without backoff waits 0 ms in delayed (the sweeper's next tick promotes it);
     max_attempts NULL never buries.
     """
@@ -318,7 +353,8 @@ def _settle(acks: bool, nacks: bool) -> str:
         f" SELECT t.id, t.attempts, t.claimed_at, w.pos, w.kind, w.body{wait}"
         " FROM broker_task t JOIN wanted w ON t.id = w.id AND t.lease_id = w.lease_id"
         # By key: a generic plan, guessing 100 items, would rather scan every handed-out task.
-        f" WHERE t.id = ANY({ids}) AND t.state = 'handed_out' AND {unchanged('t', 't.id')}"
+        f" WHERE t.id = ANY({ids}) AND t.state = 'handed_out'"
+        f" AND {in_one_statement('t', 't.id', '%(top)s')}"
         " ORDER BY t.id FOR UPDATE OF t"
         "), moved AS ("
         f" UPDATE broker_task t SET state = {state}, result = {result}, last_error = {error},"
@@ -335,7 +371,7 @@ def _settle(acks: bool, nacks: bool) -> str:
         f"{_FREED}"
         " SELECT i.pos, CASE WHEN m.id IS NOT NULL THEN 0"
         "  WHEN cur.state = 'handed_out' AND cur.lease_id <> i.lease_id THEN 2"
-        "  WHEN cur.state = 'handed_out' THEN 3 ELSE 1 END,"
+        "  WHEN cur.state = 'handed_out' AND i.id NOT IN (SELECT id FROM moved) THEN 3 ELSE 1 END,"
         f" m.queue, m.attempts, m.n, (SELECT count(*) FROM freed), {RELEASED}"
         " FROM items i LEFT JOIN moved m ON m.pos = i.pos"
         " LEFT JOIN broker_task cur ON cur.id = i.id ORDER BY i.pos"
@@ -344,13 +380,14 @@ def _settle(acks: bool, nacks: bool) -> str:
 
 SETTLE = _settle(acks=True, nacks=True)
 # One ack, the hot path of a one-task-at-a-time worker: an UPDATE by key and its counters. When it
-# moves nothing, the caller reads the task once to tell 404 from 409.
+# moves nothing, the caller reads the task once to tell 404 from 409 (or, still held under this
+# lease, acks it again after LOCK_SETTLED: see in_one_statement).
 ACK_ONE = (
     "WITH moved AS ("
     " UPDATE broker_task t SET state = 'done', result = %(body)s, lease_id = NULL,"
     " lease_deadline = NULL, worker = NULL, updated_at = %(now)s"
     " WHERE t.id = %(id)s AND t.state = 'handed_out' AND t.lease_id = %(lease_id)s"
-    f" AND {unchanged('t', '%(id)s')}"
+    f" AND {in_one_statement('t', '%(id)s', '%(id)s')}"
     " RETURNING t.id, t.queue, t.attempts, t.children, 'handed_out'::text AS o, t.state AS n,"
     f" {bucket('extract(epoch FROM %(now)s - t.claimed_at)')} AS b,"
     " greatest((extract(epoch FROM %(now)s - t.claimed_at) * 1000000)::bigint, 0) AS us"

@@ -7,16 +7,34 @@ from __future__ import annotations
 from broker.wakeup import CHANNEL
 
 
-# A settle of a task that others wait for (`children` > 0) runs only if no enqueue named it
-# after this statement's snapshot: such an enqueue bumped `children` (a new row version, which the
-# lock waits for and then reads), while the dependency rows below are read in the snapshot and
-# would miss its row. Then the item moves nothing, and the caller settles it again in a new
-# statement (dependencies: lock order). The snapshot's own version of the row says which.
-def unchanged(row: str, by_id: str) -> str:
+# A settle of a task that others wait for (`children` > 0) runs in its one statement only when
+# that is safe; else the item moves nothing and the caller settles it again in a transaction
+# that locks first (sql.LOCK_SETTLED; dependencies: lock order). Safe means:
+# - no enqueue named it after this statement's snapshot: such an enqueue bumped `children` (a
+#   new row version, which the lock waits for and then reads), while the dependency rows below
+#   are read in the snapshot and would miss its row. The snapshot's own version says which;
+# - none of the tasks waiting for it has a lower id than `top` (the highest of the statement's
+#   items): the statement locks its items, then their dependants, so every lock it takes is in
+#   id order only when each dependant comes after every item. A workflow step listed before the
+#   step it waits for is such a dependant.
+# `%(locked)s`: the caller holds the locks already (the second run): both are true then.
+def in_one_statement(row: str, by_id: str, top: str) -> str:
     return (
-        f"({row}.children = 0 OR {row}.xmin = (SELECT s.xmin FROM broker_task s"
-        f" WHERE s.id = {by_id}))"
+        f"({row}.children = 0 OR %(locked)s OR ({row}.xmin = (SELECT s.xmin FROM broker_task s"
+        f" WHERE s.id = {by_id}) AND NOT EXISTS (SELECT 1 FROM broker_dependency k"
+        f" WHERE k.parent_id = {row}.id AND NOT k.satisfied AND k.child_id < {top})))"
     )
+
+
+# The second run's locks, in id order: the items' tasks and every task waiting for one of them.
+# Each enqueue that names one of them has committed before this statement gets its lock (it held
+# it), and none can name it after until this transaction ends: the settle that follows, a
+# statement of its own, reads every dependency row.
+LOCK_SETTLED = (
+    "SELECT t.id FROM broker_task t WHERE t.id = ANY(%(ids)s::bigint[] || ARRAY("
+    "SELECT d.child_id FROM broker_dependency d WHERE d.parent_id = ANY(%(ids)s::bigint[])"
+    " AND NOT d.satisfied)) ORDER BY t.id FOR UPDATE OF t"
+)
 
 
 def release_after(moved: str) -> str:

@@ -10,14 +10,14 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Min, QuerySet
+from django.db.models import Exists, Min, OuterRef, QuerySet
 
 from broker import observe
-from broker.models import ReclaimHold, Task
+from broker.models import Dependency, ReclaimHold, Task
 from broker.queue import counters, restricted, sql
 from broker.queue.base import LEASE_EXPIRED, current_time
 from broker.queue.redelivery import HELD_COLUMNS, fail_held
-from broker.states import FINISHED_STATES, TRANSITIONS, State
+from broker.states import FINISHED_STATES, GAUGE_STATES, TRANSITIONS, State
 from broker.wakeup import announce
 
 
@@ -49,7 +49,7 @@ def reclaim_expired(limit: int = 500) -> int:
     with transaction.atomic():
         now = current_time()
         expired = Task.objects.expired(reclaim_before(now))
-        rows = _locked(expired, "lease_deadline", HELD_COLUMNS, limit)
+        rows = _locked(expired, ("lease_deadline",), HELD_COLUMNS, limit)
         if not rows:
             return 0
         moves = fail_held(rows, now, LEASE_EXPIRED, at_once=False)
@@ -91,7 +91,7 @@ def promote_delayed(limit: int = 1000) -> int:
     target = TRANSITIONS["promote"][1]
     with transaction.atomic():
         now = current_time()
-        rows = _locked(Task.objects.due(now), "available_at", ("pk", "queue"), limit)
+        rows = _locked(Task.objects.due(now), ("available_at",), ("pk", "queue"), limit)
         if not rows:
             return 0
         Task.objects.filter(pk__in=[pk for pk, _ in rows]).update(state=target, updated_at=now)
@@ -105,24 +105,60 @@ def promote_delayed(limit: int = 1000) -> int:
     return len(rows)
 
 
-def prune_finished(older_than: datetime, limit: int = 500) -> int:
-    """Delete up to `limit` done or cancelled tasks last moved before `older_than`, with their
-    error history. Returns how many were deleted.
+class Pruned(NamedTuple):
+    """What one batch of the prune did: how many tasks it deleted, and where the walk goes on
+    (the last task it looked at, as (updated_at, id)); None once it reached the end."""
+
+    deleted: int
+    walked_to: tuple[datetime, int] | None
+
+
+# What keeps a finished task past retention: a task not yet done or cancelled that names it in
+# `after` (a dead one may be requeued, and its delivery carries this one's result), or a step of
+# its workflow not yet done or cancelled (the workflow still runs, or waits in the DLQ). Each is
+# one probe of an index: dependency_parent_idx, task_workflow_idx (workflow, state).
+_NAMED = Dependency.objects.filter(
+    parent_id=OuterRef("pk"), key_order=False, child__state__in=GAUGE_STATES
+)
+_LIVE_STEP = Task.objects.filter(workflow_id=OuterRef("workflow_id"), state__in=GAUGE_STATES)
+
+
+def prune_finished(
+    older_than: datetime, limit: int = 500, after: tuple[datetime, int] | None = None
+) -> Pruned:
+    """Look at up to `limit` done or cancelled tasks last moved before `older_than`, oldest
+    first (from just after `after`, a walk's Pruned.walked_to), and delete those nothing keeps
+    (_NAMED, _LIVE_STEP) with their error history.
 
     Not a transition: no counter moves (the lifetime totals go on counting what was pruned).
     Dead tasks are never pruned: they wait for a person. SKIP LOCKED and a small `limit` keep
-    each batch a short transaction that never waits for, nor long blocks, anyone else.
+    each batch a short transaction that never waits for, nor long blocks, anyone else. A kept
+    task is passed, not looked at again until the walk comes round: tasks kept for weeks cost
+    each batch nothing more.
     """
     with transaction.atomic():
         finished = Task.objects.filter(state__in=FINISHED_STATES, updated_at__lt=older_than)
-        # Ordered by updated_at: task_finished_idx serves it.
-        ids = [pk for (pk,) in _locked(finished, "updated_at", ("pk",), limit)]
-        if ids:
+        if after is not None:
+            at, pk = after
+            finished = finished.filter(updated_at__gte=at).exclude(updated_at=at, pk__lte=pk)
+        # Ordered by updated_at: task_finished_idx serves it (ties by id, sorted as they come).
+        rows = _locked(finished, ("updated_at", "pk"), ("pk", "updated_at"), limit)
+        deleted = 0
+        if rows:
             # only("pk"): the cascade to TaskError needs the ids, not the payloads.
-            Task.objects.filter(pk__in=ids).only("pk").delete()
-    return len(ids)
+            doomed = unkept([pk for pk, _ in rows]).only("pk")
+            deleted = doomed.delete()[1].get(Task._meta.label, 0)
+    walked_to = (rows[-1][1], rows[-1][0]) if len(rows) == limit else None
+    return Pruned(deleted, walked_to)
 
 
-def _locked(tasks: QuerySet, order: str, columns: Sequence[str], limit: int) -> list[tuple]:
+def unkept(task_ids: list[int]) -> QuerySet:
+    """Those of the tasks `task_ids` that nothing keeps past retention (_NAMED, _LIVE_STEP)."""
+    return Task.objects.filter(pk__in=task_ids).exclude(Exists(_NAMED) | Exists(_LIVE_STEP))
+
+
+def _locked(
+    tasks: QuerySet, order: tuple[str, ...], columns: Sequence[str], limit: int
+) -> list[tuple]:
     """The first `limit` of tasks in order, locked, skipping those another sweeper holds."""
-    return list(tasks.order_by(order).lock_skipping_locked().values_list(*columns)[:limit])
+    return list(tasks.order_by(*order).lock_skipping_locked().values_list(*columns)[:limit])

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from broker.longpoll import parking_of, socket_gone
+from broker.parking.loop import Slot
 from broker.sqs import errors, limits, queues, receiving, sending, sigv4
 from broker.sqs.params import Call
 from contract.limits import whole_number
@@ -73,6 +74,12 @@ def endpoint(request: HttpRequest, queue_name: str | None = None) -> HttpRespons
 def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
     if request.method != "POST":
         raise errors.MethodNotAllowed("The SQS endpoint takes POST requests only.")
+    parking = parking_of(request.META)
+    if parking is not None and parking.resumed:
+        # A parked ReceiveMessage served again (woken, or its wait over): its body was checked,
+        # verified and read on its first dispatch and is not kept (broker.parking.loop.Slot);
+        # what the receive needs of it is in its slot.
+        return receiving.receive_message(_call(request, queue_name, {}, "", parking))
     length = whole_number(request.META.get("CONTENT_LENGTH") or "0")
     if length is None or length > limits.MAX_REQUEST_BYTES:
         raise errors.RequestEntityTooLarge(
@@ -91,13 +98,21 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
         raise errors.UnsupportedMediaType(
             "The SQS endpoint takes application/x-amz-json-1.0 bodies (the JSON protocol)."
         )
-    call = Call(
-        body=_body(body), base_url=_base_url(request), path_queue=queue_name,
-        worker=f"sqs:{key_id}" if key_id else "sqs",
-        gone=socket_gone(request.META.get("gunicorn.socket")),
-        parking=parking_of(request.META),
+    worker = f"sqs:{key_id}" if key_id else "sqs"
+    return ACTIONS[action](_call(request, queue_name, _body(body), worker, parking))
+
+
+def _call(
+    request: HttpRequest,
+    queue_name: str | None,
+    body: dict[str, Any],
+    worker: str,
+    parking: Slot | None,
+) -> Call:
+    return Call(
+        body=body, base_url=_base_url(request), path_queue=queue_name, worker=worker,
+        gone=socket_gone(request.META.get("gunicorn.socket")), parking=parking,
     )  # fmt: skip
-    return ACTIONS[action](call)
 
 
 def _action(request: HttpRequest) -> str:

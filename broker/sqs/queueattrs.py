@@ -100,7 +100,7 @@ def redrive_policy(value: str) -> dict[str, Any]:
     reason = None
     try:
         policy = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's stack: not a map either
         policy = None
     if not isinstance(policy, dict) or set(policy) - {"maxReceiveCount", "deadLetterTargetArn"}:
         reason = "Redrive policy is not a JSON map of deadLetterTargetArn and maxReceiveCount."
@@ -116,7 +116,7 @@ def redrive_policy(value: str) -> dict[str, Any]:
         reason = "Value for deadLetterTargetArn must be an ARN."
     if reason:
         raise errors.InvalidAttributeValue(
-            f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}"
+            f"Value {value[:256]} for parameter RedrivePolicy is invalid. Reason: {reason}"
         )
     return {"max_receive_count": count, "dead_letter_target_arn": arn}
 

@@ -10,7 +10,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -26,9 +26,15 @@ _NEW_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NEW_FIFO_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{64 - len(limits.FIFO_SUFFIX)}}}\.fifo")
 _NO_QUEUE = "The specified queue does not exist."
 _FIND = "SELECT * FROM broker_sqsqueue WHERE name = %s"
-# Looks at a row that others make and delete at once before giving up (each lost race waits
-# for the winner's commit, so a few suffice).
-_RACE_TRIES = 5
+# The row inserted, or the one there locked (a no-op update); xmax is 0 only on a row this
+# statement inserted. Built from the model's columns; the values go as parameters.
+_COLUMNS = ", ".join(f.column for f in SqsQueue._meta.concrete_fields)
+_UPSERT = (
+    f"INSERT INTO broker_sqsqueue ({_COLUMNS})"  # noqa: S608
+    f" VALUES ({', '.join(['%s'] * len(SqsQueue._meta.concrete_fields))})"
+    " ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"
+    " RETURNING *, xmax = 0 AS inserted"
+)
 
 
 def queue_url(call: Call, name: str) -> str:
@@ -64,22 +70,26 @@ def find(name: str) -> SqsQueue | None:
 
 def _locked_row(name: str, fields: dict[str, Any]) -> tuple[SqsQueue, bool]:
     """The queue's row, locked by the caller's transaction, made with `fields` if missing;
-    whether this call made it. Beside a CreateQueue or DeleteQueue of the same name at once, a
-    row inserted or deleted under us is looked for again (get_or_create would raise)."""
-    for tries_left in reversed(range(_RACE_TRIES)):
-        found = SqsQueue.objects.select_for_update().filter(name=name).first()
-        if found is not None:
-            return found, False
-        now = timezone.now()
-        try:
-            with transaction.atomic():  # a savepoint: a lost race leaves the caller's intact
-                return SqsQueue.objects.create(
-                    name=name, **fields, created_at=now, updated_at=now
-                ), True
-        except IntegrityError:
-            if not tries_left:
-                raise
-    raise AssertionError("unreachable")
+    whether this call made it.
+
+    On PostgreSQL one upsert inserts the row or locks the one there. A select then an insert can
+    lose, again and again, to CreateQueue, SendMessage and DeleteQueue naming the queue at once
+    (a row inserted or deleted between the two: the unique key's violation, a 503); the upsert
+    waits for such a writer, then inserts or locks. SQLite's IMMEDIATE transactions write one
+    at a time: nothing comes between a look and an insert.
+    """
+    now = timezone.now()
+    row = SqsQueue(name=name, **fields, created_at=now, updated_at=now)
+    if connection.vendor == "postgresql":
+        columns = SqsQueue._meta.concrete_fields
+        values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns]
+        found = next(iter(SqsQueue.objects.raw(_UPSERT, values)))
+        return found, found.inserted
+    existing = SqsQueue.objects.filter(name=name).first()
+    if existing is not None:
+        return existing, False
+    row.save(force_insert=True)
+    return row, True
 
 
 def _has_live_tasks(name: str) -> bool:

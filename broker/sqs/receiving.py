@@ -7,7 +7,7 @@ import base64
 import binascii
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker import queue
 from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
@@ -50,11 +50,22 @@ def held(receipt: Any, found: SqsQueue) -> tuple[int, str]:
     return pk, lease
 
 
-def receive_message(call: Call) -> dict[str, Any]:
-    """ReceiveMessage: claim up to MaxNumberOfMessages, waiting up to WaitTimeSeconds."""
-    # Resolved once: a parked receive's request is served again when woken or at its end, and
-    # a query for its queue each time was most of what its end cost.
-    found = once(call.parking, "queue", lambda: resolve(call))
+class _Receive(NamedTuple):
+    """A ReceiveMessage's parameters, read once: a parked receive's request is served again
+    when woken or at its end, without its body (broker.parking.loop.Slot), and a query for its
+    queue each time was most of what its end cost."""
+
+    found: SqsQueue
+    most: int
+    visible_s: int
+    wait_s: int
+    system: set[str]
+    wanted: list[str]
+    worker: str
+
+
+def _receive(call: Call) -> _Receive:
+    found = resolve(call)
     body = call.body
     most = params.integer(body, "MaxNumberOfMessages", 1, limits.MAX_RECEIVE, 1)
     visible_s = params.integer(
@@ -64,9 +75,17 @@ def receive_message(call: Call) -> dict[str, Any]:
     system = set(params.names(body, "AttributeNames"))
     system |= set(params.names(body, "MessageSystemAttributeNames"))
     wanted = params.names(body, "MessageAttributeNames")
+    return _Receive(found, most, visible_s, wait_s, system, wanted, call.worker)
+
+
+def receive_message(call: Call) -> dict[str, Any]:
+    """ReceiveMessage: claim up to MaxNumberOfMessages, waiting up to WaitTimeSeconds."""
+    found, most, visible_s, wait_s, system, wanted, worker = once(
+        call.parking, "receive", lambda: _receive(call)
+    )
     got = claim_wait(
         [found.name], lease_ms=visible_s * 1000, wait_ms=wait_s * 1000, limit=most,
-        worker=call.worker, gone=call.gone, parking=call.parking,
+        worker=worker, gone=call.gone, parking=call.parking,
     )  # fmt: skip
     if visible_s == 0 and got:
         # Visible again at once: received, and handed back in the same breath.

@@ -7,11 +7,13 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
+from django.db.models.functions import Substr
 
 from broker.exceptions import NotFound
 from broker.models import Dependency, Task, Workflow
 from broker.queue.base import api_time
 from broker.states import State
+from contract.limits import LISTED_ERROR_CHARS
 
 STATES = ("running", "succeeded", "failed", "cancelled")
 _FINISHED = (State.DONE, State.CANCELLED)
@@ -90,15 +92,16 @@ def _summary(
 
 
 def describe(workflow_id: int) -> dict[str, Any]:
-    """GET /workflows/{id}: the summary and every step, in the order given. Raises
-    WorkflowNotFound."""
+    """GET /workflows/{id}: the summary and every step, in the order given, each step's error cut
+    as a list page cuts it (the whole one is its task's). Raises WorkflowNotFound."""
     workflow = Workflow.objects.filter(pk=workflow_id).first()
     if workflow is None:
         raise WorkflowNotFound()
     steps = list(
         Task.objects.filter(workflow_id=workflow_id)
+        .annotate(error_head=Substr("last_error", 1, LISTED_ERROR_CHARS))
         .order_by("pk")
-        .values_list("pk", "ref", "state", "attempts", "last_error", "updated_at")
+        .values_list("pk", "ref", "state", "attempts", "error_head", "updated_at")
     )
     refs = {pk: ref for pk, ref, *_ in steps}
     after: dict[int, list[str]] = defaultdict(list)

@@ -116,7 +116,7 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             {200: answer("Newest first.", ref("WorkflowPage")), 400: BAD_REQUEST},
             parameters=[
                 _query("state", _SUMMARY["state"], "Only workflows in this state."),
-                _query("name", {"type": "string"}, "Only workflows of this name."),
+                _query("name", {"type": "string", "minLength": 1}, "Only workflows of this name."),
                 LIMIT,
                 _query("cursor", _ID, "Where the page starts: from the previous page's `next`."),
             ],

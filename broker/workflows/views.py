@@ -39,12 +39,12 @@ class WorkflowsView(BrokerView):
     def get(self, request: Request) -> Response:
         params = request.GET
         found = Workflow.objects.all()
-        state, name = params.get("state"), params.get("name")
-        if state:
+        state, name = parsing.query_text(params, "state"), parsing.query_text(params, "name")
+        if state is not None:
             if state not in reading.STATES:
                 raise ValidationFailed({"state": [f"Must be one of {', '.join(reading.STATES)}."]})
             found = reading.with_state(found).filter(reading.state_filter(state))
-        if name:
+        if name is not None:
             if len(name) > MAX_WORKFLOW_NAME or "\x00" in name:
                 raise ValidationFailed({"name": ["Not a workflow name."]})
             found = found.filter(name=name)

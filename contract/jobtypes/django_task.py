@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rest_framework import serializers
@@ -10,8 +9,6 @@ from rest_framework import serializers
 from contract.djtasks import JOB_TYPE
 from contract.fields import PayloadSchema, StrictInteger, StrictString
 from contract.jobtypes import JobSpec
-
-_PATH_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", re.ASCII)
 
 
 class _AnyList(serializers.Field):
@@ -36,7 +33,9 @@ class DjangoTaskPayload(PayloadSchema):
     run_after = StrictString(allow_null=True, default=None)
 
     def validate_path(self, value: str) -> str:
-        if not _PATH_RE.fullmatch(value):
+        parts = value.split(".")
+        # Python names (ASCII), two or more: isidentifier() reads [A-Za-z_][A-Za-z0-9_]* here.
+        if len(parts) < 2 or not all(p.isascii() and p.isidentifier() for p in parts):
             raise serializers.ValidationError("Must be a dotted path: module.function.")
         return value
 

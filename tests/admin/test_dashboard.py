@@ -54,7 +54,7 @@ def test_dashboard__staff__page_with_first_snapshot_and_own_assets(
     user_with: Callable[..., Client], enqueue_task: Callable[..., int]
 ) -> None:
     enqueue_task()
-    html = user_with().get(PAGE).content.decode()
+    html = user_with("view_task").get(PAGE).content.decode()
 
     assert '<canvas id="rate-plot"' in html
     assert 'id="dashboard-initial"' in html

@@ -150,7 +150,7 @@ def test_task_page__key_full__says_so(
     shown = unescape(_waiting(admin_client.get(_change(waiting)).content.decode()))
 
     assert '<b class="broker-waiting">key_full</b>' in shown
-    assert "Its key 'acme' has 1 tasks handed out, the queue's key_max_in_flight is 1." in shown
+    assert "Its key 'acme' has 1 task handed out, the queue's key_max_in_flight is 1." in shown
 
 
 # -- queue settings -----------------------------------------------------------------------------

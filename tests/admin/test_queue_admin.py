@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -128,6 +129,7 @@ def test_schedule_add__saved_through_create(admin_client: Client) -> None:
         ({"cron": "0 3 * * *", "timezone": "Nowhere/Land"}, "Not a time zone"),
         ({"cron": "0 3 * * *", "timezone": "America"}, "Not a time zone"),
         ({"every_s": "30", "job": "{not json"}, "Not JSON."),
+        ({"every_s": "30", "job": "[" * 100_000 + "]" * 100_000}, "Not JSON."),
         ({"every_s": "30", "job": json.dumps({"payload": 1, "max_attempt": 2})}, "max_attempt"),
     ],
 )
@@ -139,6 +141,18 @@ def test_schedule_add__bad__shown_nothing_saved(
     assert r.status_code == 200
     assert error in r.content.decode()
     assert not Schedule.objects.exists()
+
+
+def test_schedule_add__at_broker_max_schedules__shown_nothing_saved(
+    admin_client: Client, settings: Any
+) -> None:
+    settings.BROKER_MAX_SCHEDULES = 1
+    schedules.create({"name": "only", "every_s": 30, "job": {"payload": 1}})
+    body = {"name": "second", "every_s": "30", "job": json.dumps({"payload": 1})}
+    r = admin_client.post(f"{SCHEDULES}add/", body)
+    assert r.status_code == 200
+    assert "At most 1 schedules may exist" in r.content.decode()
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["only"]
 
 
 def test_schedule_list_and_actions(admin_client: Client) -> None:

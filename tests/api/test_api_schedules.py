@@ -232,3 +232,23 @@ def test_patch__unknown__404(api_client) -> None:
 def test_times__rfc3339_milliseconds(api_client) -> None:
     body = create(api_client, name="n", every_s=7).json()
     assert TIMESTAMP.match(body["next_run_at"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_create__at_broker_max_schedules__400_naming_it__room_again_once_one_is_deleted(
+    api_client, settings
+) -> None:
+    settings.BROKER_MAX_SCHEDULES = 3
+    for i in range(3):
+        assert create(api_client, name=f"s{i}", every_s=60).status_code == 201
+
+    r = create(api_client, name="one-too-many", every_s=60)
+
+    assert r.status_code == 400
+    body = r.json()
+    assert list(body["fields"]) == ["name"]
+    assert "At most 3 schedules" in body["error"] and "At most 3" in body["fields"]["name"][0]
+    assert Schedule.objects.count() == 3
+    assert create(api_client, name="s1", every_s=60).status_code == 409  # taken: that first
+    assert api_client.delete("/schedules/s0").status_code == 204
+    assert create(api_client, name="one-too-many", every_s=60).status_code == 201

@@ -54,6 +54,19 @@ def test_send__redrive_policy__max_attempts_and_queue_delay(sqs: Sqs, queue_url)
     assert Task.objects.get(pk=int(_send(sqs, url, DelaySeconds=0))).state == State.READY
 
 
+@pytest.mark.parametrize("action", ["CreateQueue", "SetQueueAttributes"])
+def test_redrive_policy__nested_past_the_parser__invalid_attribute_value(
+    sqs: Sqs, queue_url, action: str
+) -> None:
+    nested = "[" * 100_000 + "]" * 100_000
+    body = {"QueueName": "deep", "Attributes": {"RedrivePolicy": nested}}
+    if action == "SetQueueAttributes":
+        body = {"QueueUrl": queue_url("deep"), "Attributes": body["Attributes"]}
+    status, answer, _ = sqs(action, body)
+    assert (status, answer["__type"]) == (400, "com.amazonaws.sqs#InvalidAttributeValue")
+    assert "not a JSON map" in answer["message"]
+
+
 def test_receive__visibility_zero__received_and_ready_again(sqs: Sqs, queue_url) -> None:
     url = queue_url("v")
     _send(sqs, url)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.compat import HTTPHeaders
+from botocore.credentials import Credentials
 from django.test import override_settings
 
+from broker.models import Task
+from broker.states import State
 from contract import limits
 from tests.api.conftest import JSON_1_0, Sqs
 
@@ -113,6 +120,54 @@ def test_tokens_on__unsigned__403_missing_authentication_token(sqs: Sqs) -> None
 def test_tokens_on__bearer_token_is_not_a_signature(sqs: Sqs) -> None:
     status, kind, _, _ = _error(sqs, "ListQueues", {}, HTTP_AUTHORIZATION="Bearer tok")
     assert (status, kind) == (403, "com.amazonaws.sqs#MissingAuthenticationToken")
+
+
+def _signed_over(names: set[str], body: bytes, target: str) -> dict[str, str]:
+    """Django client headers of a request botocore signed over `names` only."""
+    request = AWSRequest(
+        method="POST", url="http://testserver/sqs", data=body,
+        headers={"Content-Type": JSON_1_0, "X-Amz-Target": target},
+    )  # fmt: skip
+    signer = SigV4Auth(Credentials("AK", "SK"), "sqs", "us-east-1")
+    every = signer.headers_to_sign
+
+    def only_names(request: AWSRequest) -> HTTPHeaders:
+        kept = HTTPHeaders()
+        for name, value in every(request).items():
+            if name in names:
+                kept[name] = value
+        return kept
+
+    signer.headers_to_sign = only_names  # type: ignore[method-assign]
+    signer.add_auth(request)
+    headers = {"HTTP_HOST": "testserver"}  # what botocore signed, from the URL
+    for name, value in request.headers.items():
+        if name.lower() != "content-type":
+            headers["HTTP_" + name.upper().replace("-", "_")] = value
+    return headers
+
+
+@override_settings(BROKER_API_TOKENS=["tok"], BROKER_SQS_CREDENTIALS={"AK": "SK"})
+def test_tokens_on__target_not_signed__403_and_a_replay_as_purge_purges_nothing(
+    sqs: Sqs,
+) -> None:
+    def signed(action: str, body: dict, names: set[str]) -> tuple[int, dict, Any]:
+        raw = json.dumps(body)
+        headers = _signed_over(names, raw.encode(), f"AmazonSQS.{action}")
+        return sqs(action, raw=raw, **headers)
+
+    every = {"host", "x-amz-date", "x-amz-target"}
+    status, answer, _ = signed("CreateQueue", {"QueueName": "kept"}, every)
+    assert status == 200, answer
+    url = answer["QueueUrl"]
+    assert signed("SendMessage", {"QueueUrl": url, "MessageBody": "m"}, every)[0] == 200
+    raw = json.dumps({"QueueUrl": url})
+    captured = _signed_over({"host", "x-amz-date"}, raw.encode(), "AmazonSQS.ReceiveMessage")
+    replay = {**captured, "HTTP_X_AMZ_TARGET": "AmazonSQS.PurgeQueue"}
+    status, kind, message, _ = _error(sqs, "PurgeQueue", raw=raw, **replay)
+    assert (status, kind) == (403, "com.amazonaws.sqs#SignatureDoesNotMatch")
+    assert "x-amz-target" in message
+    assert Task.objects.filter(queue="kept", state=State.READY).count() == 1
 
 
 def test_tokens_off__any_signature_accepted(sqs: Sqs) -> None:

@@ -146,7 +146,7 @@ def test_waiting__full_queue__queue_full_then_rate_limited(
     w = waiting(api_client, pk)
     assert w == {
         "reason": "queue_full",
-        "detail": "The queue 'q' has 1 tasks handed out, its max_in_flight is 1.",
+        "detail": "The queue 'q' has 1 task handed out, its max_in_flight is 1.",
     }
     ack_all(api_client, got)
     assert waiting(api_client, pk)["reason"] == "rate_limited"  # its token is spent
@@ -154,6 +154,20 @@ def test_waiting__full_queue__queue_full_then_rate_limited(
     assert waiting(api_client, pk) == {
         "reason": "queued", "ahead": 2, "detail": "2 ready tasks of its queue go first.",
     }  # fmt: skip
+
+
+def test_waiting__counts_of_one__singular(api_client, put, take, set_queue) -> None:
+    seen(EVERY_QUEUE)
+    set_queue("q", rate_per_s=1)
+    _, second = put("q", 2)
+    assert waiting(api_client, second) == {
+        "reason": "queued", "ahead": 1, "detail": "1 ready task of its queue goes first.",
+    }  # fmt: skip
+    take(["q"])  # the second's token is spent for a second
+    assert waiting(api_client, second) == {
+        "reason": "rate_limited",
+        "detail": "The queue 'q' hands out at most 1 task a second, and has just done so.",
+    }
 
 
 @pytest.mark.parametrize("state", ["handed_out", "done", "dead", "cancelled"])

@@ -6,6 +6,7 @@ as soon as a process of the node lost a connection to its server."""
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 import uuid
@@ -75,6 +76,52 @@ def test_pool__every_connection_dropped__first_checkout_pays_one_interval_not_si
     # One stale connection found, a pause of one interval (0.2 s), then a fresh connection;
     # finding the six one by one would pause 6 x 0.2 s.
     assert took < 0.6, took
+
+
+@contextmanager
+def _descriptors_taken_below(fd: int) -> Iterator[None]:
+    """Every descriptor number below `fd` in use, as in a process holding that many parked polls:
+    what opens meanwhile (a pooled connection) gets a number from `fd` on."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < fd + 100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(fd + 100, hard), hard))
+    fillers: list[int] = []
+    try:
+        while not fillers or fillers[-1] < fd - 1:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for filler in fillers:
+            os.close(filler)
+
+
+def test_pool__its_connections_past_descriptor_1024__checkouts_at_once(
+    transactional_db: None,
+) -> None:
+    # select() refuses descriptors from FD_SETSIZE (1024) on: the check raised ValueError, taken
+    # for a failed check, and each checkout that met such a connection slept 0.2 s and tried the
+    # next; with every connection past it, none was handed out (PoolTimeout).
+    with _descriptors_taken_below(1100), _pool(4) as (_, pool):
+        started = time.monotonic()
+        for _ in range(20):
+            with pool.connection(timeout=2) as conn:
+                assert conn.fileno() >= 1100
+                conn.execute("SELECT 1")
+        took = time.monotonic() - started
+    assert took < 0.5, took
+
+
+def test_check_if_disturbed__past_descriptor_1024__a_dropped_connection_still_found(
+    transactional_db: None,
+) -> None:
+    params = _params("disturbed", *_server())
+    with _descriptors_taken_below(1100), psycopg.connect(**params, autocommit=True) as conn:
+        assert conn.fileno() >= 1100
+        dbpool.check_if_disturbed(conn)  # healthy: nothing to read, no round trip
+        _terminate(params, conn.info.backend_pid)
+        time.sleep(0.2)  # the termination has reached the socket
+        with pytest.raises(psycopg.OperationalError):
+            dbpool.check_if_disturbed(conn)
 
 
 def _backends(params: dict[str, str], tag: str) -> set[int]:

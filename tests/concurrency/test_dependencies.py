@@ -76,8 +76,8 @@ def test_parents_of_one_child_settled_at_once__released_exactly_once(how: str) -
 
 
 def test_child_enqueued_while_its_parent_is_acked__never_left_blocked() -> None:
-    """The race a settle's one statement guards against (sql._unchanged): an enqueue that names
-    the parent commits between the settle's snapshot and its lock on the parent."""
+    """The race a settle's one statement guards against (sqlrelease.in_one_statement): an
+    enqueue that names the parent commits between the settle's snapshot and its lock on it."""
     for n in range(ROUNDS * 4):
         ((parent, lease),) = _held(1, f"r{n}")
         children: list[int] = []

@@ -10,11 +10,12 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from broker.models import SqsDedup, Task
-from broker.sqs import dedup
+from broker.models import Queue, SqsDedup, SqsQueue, Task
+from broker.sqs import dedup, queues
 from tests.concurrency.conftest import in_thread
 from tests.concurrency.test_contention import ServedClient
 
@@ -157,3 +158,31 @@ def test_create_and_delete_queue_at_once__every_answer_sqs_s_own() -> None:
     assert {a for a, status, _ in answers if status == 200} == {a for a, _ in jobs}
     wrong = {(a, s, k) for a, s, k in answers if s != 200 and k != "QueueDoesNotExist"}
     assert not wrong, wrong
+
+
+def test_queue_row_deleted_again_and_again__every_look_finds_or_makes_it() -> None:
+    """The row of a queue with settings is made by whoever names it first (a SendMessage's,
+    GetQueueUrl's or CreateQueue's look) while DeleteQueue's delete of it runs again and again:
+    each look answers the row, none fails on the unique key (once a 503). Called below the
+    endpoint, so that many more looks meet the deletes than over HTTP."""
+    Queue.objects.create(name="churn")
+    found: list[bool] = []
+    errors: list[BaseException] = []
+    until = time.monotonic() + 2.0
+
+    def look() -> None:
+        while time.monotonic() < until:
+            found.append(queues.find("churn") is not None)
+            connection.close()
+
+    def delete() -> None:
+        while time.monotonic() < until:
+            SqsQueue.objects.filter(name="churn").delete()
+            connection.close()
+
+    threads = [in_thread(look, errors) for _ in range(6)]
+    threads += [in_thread(delete, errors) for _ in range(2)]
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert found and all(found)

@@ -1,6 +1,8 @@
 """A node (gunicorn.conf.py, 2 processes x 256 threads) holding 1000 parked long-polls, more than
 its threads: health checks and producers are answered at once, a parked poll is woken, and every
-idle poll answers at the end of its wait (bench/parked.py's measure at a smaller N)."""
+idle poll answers at the end of its wait (bench/parked.py's measure at a smaller N). And a
+process holding more connections than select() can watch (1024), to which a burst of polls then
+comes: the connections its pool opens meanwhile serve health checks and producers at once too."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from tests.procs import ROOT, enqueue_batch, gunicorn, gunicorn_processes, http
 
 sys.path.insert(0, str(ROOT / "bench"))
 import parked  # bench/parked.py, a script beside its harness
+import parked_burst  # bench/parked_burst.py
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.serial]
 
@@ -96,3 +99,82 @@ def test_claim_with_acks__parked_then_woken__acks_settled_once_and_reported(
         assert [d["task"]["id"] for d in answer["deliveries"]] == [woken]
         assert out["at"] - sent < 5
         assert http("GET", f"{base}/jobs/{held}")[1]["state"] == "done"
+
+
+HELD = 1100  # connections a process holds: what it opens next is past descriptor 1024
+BURST = 400  # polls sent at once after them: the pool grows, past 1024
+BURST_WAIT_S = 30.0  # their wait: longer than the test
+
+
+async def _on_a_new_connection(port: int, request: bytes) -> float:
+    """The request's ms, connecting included (200 or 201 asserted)."""
+    client = parked.Client(port)
+    try:
+        return await parked_burst.timed(client, request)
+    finally:
+        client.close()
+
+
+async def _held(port: int, pid: int, n: int) -> list[parked.Client]:
+    """n kept-alive connections to the node, each answered one request that reads no database
+    (so the process's pool stays as it started), all of them held by the process. One after
+    another: each takes the lowest free descriptor, and those its thread borrowed for a moment
+    before it are taken again by the next, so none below them is left free."""
+    before = parked.open_fds([pid])
+    icon = parked.request_bytes(port, "GET", "/favicon.ico")
+    clients = []
+    for _ in range(n):
+        clients.append(parked.Client(port))
+        await parked_burst.timed(clients[-1], icon)
+    while parked.open_fds([pid]) < before + n:
+        await asyncio.sleep(0.1)
+    return clients
+
+
+async def _probes_beside_a_burst(port: int, pid: int, probes: int) -> dict[str, list[float]]:
+    """HELD idle connections, then BURST polls at once (parked: the pool grew meanwhile, its new
+    connections past descriptor 1024), then `probes` each of GET /healthz and POST /jobs, one
+    after another on a new connection each: their ms."""
+    held = await _held(port, pid, HELD)
+    holding = parked.open_fds([pid])
+    raw = parked.poll_request(port, "next", "burst", BURST_WAIT_S)
+    polls = [asyncio.ensure_future(parked.one_poll(port, parked.Poll("next", BURST_WAIT_S), raw))
+             for _ in range(BURST)]  # fmt: skip
+    while parked.open_fds([pid]) < holding + BURST:
+        await asyncio.sleep(0.1)
+    await parked._settle([pid])
+    healthz = parked.request_bytes(port, "GET", "/healthz")
+    enqueue = parked.request_bytes(port, "POST", "/jobs", {"queue": "probe", "payload": {}})
+    took: dict[str, list[float]] = {"/healthz": [], "POST /jobs": []}
+    for _ in range(probes):
+        for name, request in (("/healthz", healthz), ("POST /jobs", enqueue)):
+            took[name].append(await _on_a_new_connection(port, request))
+            await asyncio.sleep(0.01)
+    assert not any(p.done() for p in polls)  # every sample was taken beside all of them
+    for p in polls:
+        p.cancel()
+    await asyncio.gather(*polls, return_exceptions=True)
+    for client in held:
+        client.close()
+    return took
+
+
+def test_burst_beside_1100_connections__pool_grows_past_descriptor_1024__probes_answer_at_once(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A load balancer's health check and a producer each open a connection per request. The
+    # pool's connections opened once a process held 1024 descriptors failed every check
+    # (select() refuses them): each checkout that met one slept 0.2 s and tried the next, so
+    # requests took 0.2-1 s every few, or found no connection at all.
+    parked.raise_open_files()
+    with gunicorn(db_url, tmp_path, WORKERS="1", **WORKER) as base:
+        port = int(base.rsplit(":", 1)[1])
+        _, (worker,) = gunicorn_processes(port, workers=1)
+        took = asyncio.run(
+            asyncio.wait_for(_probes_beside_a_burst(port, worker.pid, 40), timeout=BURST_WAIT_S)
+        )
+    with capsys.disabled():
+        for name, ms in took.items():
+            sys.stdout.write(f"\nbeside the burst, {name}: " + " ".join(f"{m:.0f}" for m in ms))
+    for name, ms in took.items():
+        assert parked.pct(ms, 0.9) < 100, (name, ms)

@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from broker import queue
 from broker.models import Task, TaskError
+from broker.queue import NewTask, sweeps
 from broker.states import FINISHED_STATES, State
 from broker.sweeper import prune, sweep_once
 from queueproject import settings as project_settings
-from tests.conftest import assert_invariant
+from tests.conftest import analyze_tasks, assert_invariant
 from tests.procs import python
 
 OLD = timedelta(days=8)
@@ -65,7 +66,7 @@ def test_prune_finished__old_done_and_cancelled__deleted_with_errors_counters_ke
     ready = _task_in(State.READY, enqueue_task)  # last: the helpers claim the oldest ready task
     totals = queue.totals()
 
-    assert queue.prune_finished(timezone.now() - timedelta(days=7), limit=100) == 3
+    assert queue.prune_finished(timezone.now() - timedelta(days=7), limit=100).deleted == 3
 
     assert _states() == {dead: State.DEAD, ready: State.READY, young: State.DONE}
     assert not TaskError.objects.filter(task_id__in=[done, cancelled, retried]).exists()
@@ -78,11 +79,13 @@ def test_prune_finished__old_done_and_cancelled__deleted_with_errors_counters_ke
 def test_prune_finished__limit__deletes_oldest_batch_only(enqueue_task) -> None:
     pks = [_task_in(State.DONE, enqueue_task, age=OLD + timedelta(hours=i)) for i in range(5)]
     cutoff = timezone.now() - timedelta(days=7)
-    assert queue.prune_finished(cutoff, limit=2) == 2
+    first = queue.prune_finished(cutoff, limit=2)
+    assert first.deleted == 2
     assert sorted(_states()) == sorted(pks[:3])  # the two oldest went first
-    assert queue.prune_finished(cutoff, limit=2) == 2
-    assert queue.prune_finished(cutoff, limit=2) == 1
-    assert queue.prune_finished(cutoff, limit=2) == 0
+    second = queue.prune_finished(cutoff, limit=2, after=first.walked_to)
+    assert second.deleted == 2
+    assert queue.prune_finished(cutoff, limit=2, after=second.walked_to) == (1, None)  # the end
+    assert queue.prune_finished(cutoff, limit=2) == (0, None)
 
 
 @pytest.mark.django_db
@@ -221,13 +224,13 @@ def test_prune_finished__row_locked_elsewhere__skipped_without_waiting(enqueue_t
     try:
         assert holding.wait(10)
         started = time.monotonic()
-        assert queue.prune_finished(timezone.now() - timedelta(days=7)) == 1
+        assert queue.prune_finished(timezone.now() - timedelta(days=7)).deleted == 1
         assert time.monotonic() - started < 1.0
         assert _states() == {locked: State.DONE}
     finally:
         release.set()
         holder.join(10)
-    assert queue.prune_finished(timezone.now() - timedelta(days=7)) == 1
+    assert queue.prune_finished(timezone.now() - timedelta(days=7)).deleted == 1
     assert free not in _states() and not _states()
 
 
@@ -235,12 +238,29 @@ def test_prune_finished__row_locked_elsewhere__skipped_without_waiting(enqueue_t
 @pytest.mark.django_db
 def test_prune_query__served_by_finished_index() -> None:
     cutoff = timezone.now() - timedelta(days=7)
+    walked = (cutoff - timedelta(days=1), 10)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         plan = (
             Task.objects.filter(state__in=FINISHED_STATES, updated_at__lt=cutoff)
-            .order_by("updated_at")
+            .filter(updated_at__gte=walked[0])
+            .exclude(updated_at=walked[0], pk__lte=walked[1])
+            .order_by("updated_at", "pk")
             .values_list("pk", flat=True)[:500]
             .explain()
         )
     assert "task_finished_idx" in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_prune_query__what_keeps_a_task__an_index_probe_each() -> None:
+    """Whether a live task names a task and whether its workflow has a live step are index
+    probes (the planner may hash every live task instead, when that is cheaper than a batch's
+    probes: never with many live tasks)."""
+    for _ in range(5):
+        queue.enqueue_many([NewTask(payload="0") for _ in range(1000)])
+    analyze_tasks()
+    plan = sweeps.unkept([1, 2, 3]).explain()
+    assert "Index Cond: (parent_id = broker_task.id)" in plan, plan  # a parent's dependency rows
+    assert "task_workflow_idx" in plan, plan

@@ -271,7 +271,7 @@ class TaskMachine(RuleBasedStateMachine):
         pk = data.draw(st.sampled_from(self._in(State.DONE, State.CANCELLED, State.DEAD)))
         Task.objects.filter(pk=pk).update(updated_at=timezone.now() - PAST)  # test-only
         cutoff = timezone.now() - django_settings.BROKER_RETENTION
-        pruned = queue.prune_finished(cutoff, limit=2)
+        pruned = queue.prune_finished(cutoff, limit=2).deleted
         if self.tasks[pk].state == State.DEAD:
             assert pruned == 0
             return

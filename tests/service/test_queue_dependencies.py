@@ -239,3 +239,22 @@ def test_release__big_shapes__the_last_ack_releases_all_in_one_statement(
     assert set(Task.objects.filter(pk__in=ours).values_list("state", flat=True)) == {"ready"}
     if connection.vendor == "postgresql":
         assert len(acked.captured_queries) == 1  # one round trip, however many it releases
+
+
+@pytest.mark.postgres
+def test_ack_of_a_parent__whether_a_dependant_has_a_lower_id__one_index_probe() -> None:
+    """The settle's statement asks whether a task waiting for the one it acks has a lower id
+    (then it would lock out of order: sqlrelease.in_one_statement) in one probe of
+    dependency_parent_idx, not by reading every dependency row of a parent of thousands."""
+    from django.db import connection
+
+    from broker.queue import sql
+    from tests.conftest import explain
+
+    parent = new()
+    queue.enqueue_many([NewTask(payload="1", after=(parent,)) for _ in range(50)])
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    plan = explain(sql.ACK_ONE, id=parent, lease_id="x" * 32, body=None, locked=False)
+    assert "dependency_parent_idx" in plan, plan
+    assert "Index Cond: ((parent_id = t.id) AND (child_id < " in plan, plan

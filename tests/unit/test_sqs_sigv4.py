@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 from django.test import RequestFactory
 
@@ -172,4 +173,53 @@ def test_verify__date_header_instead_of_x_amz_date__accepted() -> None:
 def test_verify__declared_payload_hash_not_the_body__signature_does_not_match() -> None:
     headers = {**_signed(), "X-Amz-Content-Sha256": "0" * 64}
     with pytest.raises(errors.SignatureDoesNotMatch, match="X-Amz-Content-Sha256"):
+        sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now())
+
+
+def _signed_over(names: list[str], target: str = "AmazonSQS.ReceiveMessage") -> dict[str, str]:
+    """Headers of a request whose signature covers only `names` (and is right for them)."""
+    request = AWSRequest(
+        method="POST", url="http://127.0.0.1:8080/sqs", data=BODY,
+        headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": target},
+    )  # fmt: skip
+    signer = SigV4Auth(Credentials(KEY, SECRET), "sqs", "eu-west-3")
+    every = signer.headers_to_sign
+
+    def only_names(request: AWSRequest) -> HTTPHeaders:
+        kept = HTTPHeaders()
+        for name, value in every(request).items():
+            if name in names:
+                kept[name] = value
+        return kept
+
+    signer.headers_to_sign = only_names  # type: ignore[method-assign]
+    signer.add_auth(request)
+    return dict(request.headers.items())
+
+
+def test_verify__x_amz_target_not_signed__signature_does_not_match() -> None:
+    # A ReceiveMessage signed over host and x-amz-date only, replayed as a PurgeQueue.
+    headers = {**_signed_over(["host", "x-amz-date"]), "X-Amz-Target": "AmazonSQS.PurgeQueue"}
+    with pytest.raises(errors.SignatureDoesNotMatch, match="x-amz-target"):
+        sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now())
+
+
+@pytest.mark.parametrize(
+    "extra", ["X-Amz-Security-Token", "X-Amz-Content-Sha256", "X-Amz-Anything"]
+)
+def test_verify__any_x_amz_header_not_signed__signature_does_not_match(extra: str) -> None:
+    headers = _signed()
+    value = hashlib.sha256(BODY).hexdigest() if extra == "X-Amz-Content-Sha256" else "v"
+    with pytest.raises(errors.SignatureDoesNotMatch, match=extra.lower()):
+        sigv4.verify(_request({**headers, extra: value}), BODY, {KEY: SECRET}, _now())
+
+
+def test_verify__every_x_amz_header_signed__accepted() -> None:
+    names = ["content-type", "host", "x-amz-date", "x-amz-target"]
+    assert sigv4.verify(_request(_signed_over(names)), BODY, {KEY: SECRET}, _now()) == KEY
+
+
+def test_verify__host_not_signed__signature_does_not_match() -> None:
+    headers = _signed_over(["x-amz-date", "x-amz-target"])
+    with pytest.raises(errors.SignatureDoesNotMatch, match="host"):
         sigv4.verify(_request(headers), BODY, {KEY: SECRET}, _now())

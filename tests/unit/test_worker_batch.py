@@ -276,7 +276,7 @@ def test_produce_command__batch__summary_line_and_exit_0(http_broker: FakeServer
         stderr=io.StringIO(),
     )
 
-    assert out.getvalue().startswith("sent 7, rejected 0, ")
+    assert out.getvalue().startswith("sent 7, rejected 0 in ")
     assert len(http_broker.requests_to("POST", "/jobs/batch")) == 3
 
 

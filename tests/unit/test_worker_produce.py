@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from collections.abc import Callable
 
 import pytest
@@ -16,7 +17,8 @@ from workers.client import BrokerClient
 from workers.management.commands import produce
 
 MakeClient = Callable[..., BrokerClient]
-SUMMARY = re.compile(r"^sent (\d+), rejected (\d+), (\d+\.\d) tasks/s$")
+# How many were enqueued, how long it took: the last line of every run.
+SUMMARY = re.compile(r"^sent (\d+), rejected (\d+) in (\d+\.\d) s \((\d+\.\d) tasks/s\)$")
 TEMPLATE = producer.body_template(
     fail=False, max_attempts=3, delay_ms=0, queue="default", priority="normal"
 )
@@ -38,7 +40,7 @@ def test_produce__some_rejected__summary_counts(
     summary = producer.produce(make_client(http_broker.url), 10, TEMPLATE, concurrency=3)
 
     assert (summary.sent, summary.rejected, summary.ok) == (7, 3, False)
-    assert re.match(r"^sent 7, rejected 3, \d+\.\d tasks/s$", summary.line())
+    assert re.match(r"^sent 7, rejected 3 in \d+\.\d s \(\d+\.\d tasks/s\)$", summary.line())
 
 
 def test_produce__refused__the_first_refusal_logged_once_with_why(
@@ -87,6 +89,7 @@ def test_produce__broker_unreachable__gives_up_without_sending_everything(
         server.server_close()
 
     assert (summary.sent, summary.ok) == (0, False)
+    assert summary.line().endswith("; 50 of 50 tasks not sent")
 
 
 def test_progress_bar__half_done() -> None:
@@ -212,3 +215,65 @@ def test_produce_command__key_out_of_bounds__refused_before_sending(
         call_command(produce.Command(), "--broker", http_broker.url, "--key", key)
 
     assert http_broker.requests_to("POST", "/jobs") == []
+
+
+def test_summary__line__how_many_how_long_how_fast() -> None:
+    line = producer.Summary(wanted=2000, sent=2000, rejected=0, elapsed_s=13.04).line()
+    assert line == "sent 2000, rejected 0 in 13.0 s (153.4 tasks/s)"
+    interrupted = producer.Summary(10, 3, 1, 0.5, interrupted=True).line()
+    assert (
+        interrupted
+        == "interrupted: sent 3, rejected 1 in 0.5 s (6.0 tasks/s); 6 of 10 tasks not sent"
+    )
+    assert producer.Summary(1, 0, 0, 0.0).line().endswith("; 1 of 1 task not sent")
+
+
+def test_produce_command__summary_line_says_how_many_and_how_long(
+    http_broker: FakeServer, workers_logger: object
+) -> None:
+    http_broker.default("POST", "/jobs", Reply(201, {"id": "x"}))
+    out, err = io.StringIO(), io.StringIO()
+
+    started = time.monotonic()
+    call_command(produce.Command(), "--broker", http_broker.url, "-n", "40", stdout=out, stderr=err)
+    took = time.monotonic() - started
+
+    match = SUMMARY.match(out.getvalue().rstrip("\n"))
+    assert match is not None, out.getvalue()
+    sent, rejected, elapsed, _ = match.groups()
+    assert (sent, rejected) == ("40", "0")
+    assert 0 < float(elapsed) <= took + 0.05
+    assert err.getvalue() == ""  # not a terminal: the summary alone
+
+
+def test_produce_command__ctrl_c__summary_of_what_was_sent_exit_130(
+    http_broker: FakeServer, workers_logger: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    http_broker.default("POST", "/jobs", Reply(201, {"id": "x"}))
+    real = producer.produce
+
+    def interrupted_after_a_while(*args, **kwargs):
+        calls = [0]
+
+        def ctrl_c(done: int) -> None:  # the main thread's join loop, as Ctrl-C would find it
+            calls[0] += 1
+            if calls[0] == 2:
+                raise KeyboardInterrupt
+
+        kwargs["progress"] = ctrl_c
+        kwargs["progress_every_s"] = 0.01
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(producer, "produce", interrupted_after_a_while)
+    out = io.StringIO()
+
+    with pytest.raises(CommandError) as caught:
+        call_command(produce.Command(), "--broker", http_broker.url, "-n", "100000", stdout=out)
+
+    assert caught.value.returncode == 130
+    line = out.getvalue().rstrip("\n")
+    assert re.match(
+        r"^interrupted: sent (\d+), rejected 0 in \d+\.\d s \(\d+\.\d tasks/s\); "
+        r"\d+ of 100000 tasks not sent$",
+        line,
+    ), line

@@ -46,7 +46,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         interval_ms = options["interval_ms"] or settings.BROKER_SWEEP_INTERVAL_MS
         if options["once"]:
-            result = sweep_once(record_now=True)
+            result = sweep_once(record_now=True, fire_for_s=None)
             self.stdout.write(
                 f"reclaimed {result.reclaimed}, promoted {result.promoted}, pruned {result.pruned},"
                 f" fired {result.fired}"

@@ -1,6 +1,8 @@
 // The queue dashboard: polls /dashboard/data.json, fills the page, and plots per-second rates.
-// Rates come from successive snapshots of the lifetime totals, kept here for the last 5 minutes:
-// the server keeps no history.
+// Rates come from successive snapshots of the lifetime totals, kept here for the last 5 minutes;
+// a new page starts from the minutes of history embedded in it, so a reload is not a blank chart.
+// The page holds only the parts the user's admin permissions let them view: each part is
+// filled when it is there.
 "use strict";
 
 (function () {
@@ -79,6 +81,7 @@
 
   // Per keyed queue, its busiest keys (the server counts them every few seconds).
   function renderKeys(snap) {
+    if (!$("#keys-panel")) return;
     const perQueue = snap.top_keys || {};
     const names = Object.keys(perQueue).sort();
     $("#keys-panel").hidden = names.length === 0;
@@ -124,18 +127,26 @@
   }
 
   function render(snap) {
+    $("#updated-at").textContent = new Date(snap.now_ms).toLocaleTimeString();
+    renderCounts(snap);
+    renderErrors(snap);
+    renderRunning(snap);
+    renderKeys(snap);
+  }
+
+  function renderCounts(snap) {
+    const badge = $("#invariant");
+    if (!badge || !snap.invariant) return;
     for (const el of $$("[data-gauge]")) el.textContent = fmt(snap.gauges[el.dataset.gauge] ?? 0);
     for (const el of $$("[data-total]")) el.textContent = fmt(snap.totals[el.dataset.total] ?? 0);
 
     const inv = snap.invariant;
-    const badge = $("#invariant");
     badge.textContent = inv.healthy ? "Invariant holds" : "Invariant broken";
     badge.classList.toggle("healthy", inv.healthy);
     badge.classList.toggle("broken", !inv.healthy);
     $("#inv-left").textContent = fmt(inv.nacked_plus_reclaimed);
     $("#inv-right").textContent = fmt(inv.retried_plus_buried);
     $("#oldest-ready").textContent = fmtAge(snap.oldest_ready_age_s);
-    $("#updated-at").textContent = new Date(snap.now_ms).toLocaleTimeString();
 
     const body = $("#queue-table tbody");
     const limits = snap.queue_settings || {};
@@ -152,8 +163,11 @@
     });
     if (!rows.length) rows.push(emptyRow("No live tasks in any queue.", 6));
     body.replaceChildren(...rows);
+  }
 
+  function renderErrors(snap) {
     const list = $("#top-errors");
+    if (!list) return;
     list.replaceChildren(
       ...snap.top_errors.map((e) => {
         const li = document.createElement("li");
@@ -167,8 +181,6 @@
       })
     );
     $("#no-errors").hidden = snap.top_errors.length > 0;
-    renderRunning(snap);
-    renderKeys(snap);
   }
 
   function fmtFor(ms) {
@@ -201,6 +213,7 @@
   }
 
   function renderRunning(snap) {
+    if (!$("#running-table")) return;
     const running = snap.running || [];
     const total = snap.gauges.handed_out || 0;
     $("#running-count").textContent =
@@ -223,6 +236,7 @@
   }
 
   function record(snap) {
+    if (!("enqueued" in snap.totals)) return; // counts are not the user's to view
     const t = snap.now_ms;
     const cur = {
       t,
@@ -244,6 +258,22 @@
     for (const el of $$("[data-rate]")) el.textContent = fmtRate(latest && latest[el.dataset.rate]);
   }
 
+  // The window's whole minutes from the broker's history (every queue), one point each at the
+  // minute's end: its counts over 60 s. A minute in which nothing was recorded is 0.
+  function seed(recent, nowMs) {
+    const byAt = new Map(recent.map((p) => [Date.parse(p.at), p]));
+    const first = Math.ceil((nowMs - WINDOW_MS) / 60000) * 60000;
+    for (let start = first; start + 60000 <= nowMs; start += 60000) {
+      const p = byAt.get(start) || { enqueued: 0, acked: 0, nacked: 0, reclaimed: 0 };
+      points.push({
+        t: start + 60000,
+        enqueued: p.enqueued / 60,
+        acked: p.acked / 60,
+        failed: (p.nacked + p.reclaimed) / 60,
+      });
+    }
+  }
+
   // A round grid step (1, 2, 2.5 or 5 times a power of ten) giving at most about 4 lines.
   function niceStep(top) {
     const raw = Math.max(top, 1) / 4;
@@ -254,6 +284,9 @@
 
   function draw() {
     const canvas = document.getElementById("rate-plot");
+    if (!canvas) return;
+    canvas.dataset.points = String(points.length);
+    canvas.dataset.from = points.length ? String(points[0].t) : "";
     const style = getComputedStyle(root);
     const ratio = window.devicePixelRatio || 1;
     const width = canvas.clientWidth;
@@ -360,6 +393,8 @@
   }
 
   const initial = JSON.parse(document.getElementById("dashboard-initial").textContent);
+  const recent = document.getElementById("rates-initial");
+  if (recent) seed(JSON.parse(recent.textContent), initial.now_ms);
   render(initial);
   record(initial);
   draw();

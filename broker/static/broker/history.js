@@ -1,18 +1,16 @@
 // The dashboard's history charts (uPlot, served from our own static files): throughput, failures,
 // queue depth by state and processing time over 1 hour, 24 hours or 7 days, for one queue or all.
 // The points are the broker's (GET /stats/history, kept in the database), so a reload shows the
-// past; the page starts from the last hour embedded in it and refetches while it is open.
+// past; the page starts from the points embedded in it and refetches while it is open. The range
+// and queue shown are kept in the page's URL (?range=24h&queue=mail), so a reload keeps them.
 "use strict";
 
 (function () {
   const root = document.getElementById("history");
   if (!root || typeof uPlot === "undefined") return;
   const URL_ = root.dataset.url;
-  const RANGES = {
-    "1h": { span: 3600, step: 60, every: 5000, words: "the last hour" },
-    "24h": { span: 86400, step: 60, every: 15000, words: "the last 24 hours" },
-    "7d": { span: 7 * 86400, step: 3600, every: 60000, words: "the last 7 days" },
-  };
+  // {name: {span, step, every, words}}: broker/dashboard/charts.py's RANGES.
+  const RANGES = JSON.parse(document.getElementById("history-ranges").textContent);
   // [key in a point, label, CSS colour variable]
   const CHARTS = {
     throughput: [
@@ -39,8 +37,8 @@
 
   const GAUGES = new Set(CHARTS.depth.map(([key]) => key));
 
-  let range = "1h";
-  let queueName = "";
+  let range = root.dataset.initialRange; // as the URL asked, the server checked
+  let queueName = root.dataset.initialQueue;
   let timer = null;
   let asked = 0; // the latest request: an older answer arriving late is dropped
   const plots = {};
@@ -173,15 +171,26 @@
     }
   }
 
+  // The choice into the URL, in place (no new history entry per click): a reload keeps it.
+  function remember() {
+    const url = new URL(window.location.href);
+    url.searchParams.set("range", range);
+    if (queueName) url.searchParams.set("queue", queueName);
+    else url.searchParams.delete("queue");
+    window.history.replaceState(window.history.state, "", url);
+  }
+
   for (const button of root.querySelectorAll("[data-range]")) {
     button.addEventListener("click", () => {
       range = button.dataset.range;
       for (const b of root.querySelectorAll("[data-range]")) b.setAttribute("aria-pressed", String(b === button));
+      remember();
       refresh();
     });
   }
   root.querySelector("#history-queue").addEventListener("change", (event) => {
     queueName = event.target.value;
+    remember();
     refresh();
   });
   // Each chart follows its box's width (a window resize, the admin's side bar folding).

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from contract.wording import counted, nouned
 from workers import producer
 from workers.client import BrokerClient
 from workers.management.commands._common import (
@@ -21,8 +22,9 @@ from workers.management.commands._common import (
 
 
 class Command(BrokerCommand):
-    """Enqueue test tasks (payload {"line": "hello <i>"}) over HTTP; prints "sent N, rejected M,
-    X tasks/s" and exits 1 unless every task was accepted.
+    """Enqueue test tasks (payload {"line": "hello <i>"}) over HTTP; shows a progress bar on
+    stderr when it is a terminal, prints "sent N, rejected M in T s (X tasks/s)" at the end, even
+    on Ctrl-C, and exits 1 unless every task was accepted (130 when interrupted).
     """
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -108,5 +110,11 @@ class Command(BrokerCommand):
             progress(summary.sent + summary.rejected)
             self.stderr.write("", style_func=str, ending="\n")
         self.stdout.write(summary.line())
+        if summary.interrupted:
+            raise CommandError("interrupted", returncode=130)
         if not summary.ok:
-            raise CommandError(f"{n - summary.sent} of {n} tasks were not accepted", returncode=1)
+            missed = n - summary.sent
+            verb = nouned(missed, "was", "were")
+            raise CommandError(
+                f"{missed} of {counted(n, 'task')} {verb} not accepted", returncode=1
+            )

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from contract.wording import counted
 from workers import handlers
 from workers.client import BrokerClient
 from workers.management.commands._common import (
@@ -119,17 +120,18 @@ class Command(BrokerCommand):
             runner.stop()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        concurrency = options["concurrency"]
         mode = (
-            f"prefetch {prefetch} (up to {prefetch * options['concurrency']} tasks in hand)"
+            f"prefetch {prefetch} (up to {counted(prefetch * concurrency, 'task')} in hand)"
             if prefetch
             else f"batch {batch}"
             if batch > 1
             else "one task per claim"
         )
         log.info(
-            "worker on %s: %d threads, %s, wait %d ms, lease %d ms, queues %s",
+            "worker on %s: %s, %s, wait %d ms, lease %d ms, queues %s",
             options["broker"],
-            options["concurrency"],
+            counted(options["concurrency"], "thread"),
             mode,
             options["wait_ms"],
             options["lease_ms"],

@@ -18,6 +18,7 @@ from django.core.management.base import CommandError, CommandParser
 from contract import netpolicy
 from contract.jobtypes import SPECS
 from contract.limits import DEFAULT_PRIORITY, DEFAULT_QUEUE, PRIORITIES
+from contract.wording import counted
 from workers.client import BrokerClient, BrokerError, BrokerUnavailableError
 from workers.management.commands._common import (
     BrokerCommand,
@@ -253,7 +254,7 @@ class Command(BrokerCommand):
         if not all_finished:
             left = sum(t["state"] not in FINISHED for t in tasks)
             raise CommandError(
-                f"{left} task(s) unfinished after {options['timeout']} s", returncode=1
+                f"{counted(left, 'task')} unfinished after {options['timeout']} s", returncode=1
             )
 
     def _chosen_types(self, job_type: str | None, payload: Any) -> list[str]:

@@ -56,7 +56,7 @@ def backward(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('broker', '0020_keystate_of_requeued_tasks'),
+        ('broker', '0021_h45_deps_graph_indexes'),
     ]
 
     operations = [
