@@ -3,7 +3,8 @@
 Nothing is counted in process memory. Counters, per-queue gauges (the busiest 50 queues, the
 rest summed as `other`) and the processing histogram are `/stats`'s, read in one statement from
 the counter rows that every transition moves in its own transaction: one query per scrape, the
-same whichever gunicorn worker answers.
+same whichever gunicorn worker answers, whose answer is the 50 queues' rows and the sums (the
+database adds up the rest).
 """
 
 from __future__ import annotations
@@ -62,23 +63,27 @@ OTHER_QUEUES = "other"
 
 
 def bounded_by_queue(
-    per_queue: Mapping[str, Mapping[str, int]], keep: int = MAX_QUEUE_LABELS
+    per_queue: Mapping[str, Mapping[str, int]],
+    overall: Mapping[str, int],
+    holding: int,
+    keep: int = MAX_QUEUE_LABELS,
 ) -> dict[str, dict[str, int]]:
-    """`{queue: {state: n}}` with at most `keep` queues of its own (the most live tasks first,
-    then by name) plus OTHER_QUEUES, which sums all the rest and any queue named "other" itself,
-    so no label value is ever shown twice. The sums over all queues are unchanged."""
+    """`{queue: {state: n}}` with at most `keep` queues of their own (the most live tasks first,
+    then by name) plus OTHER_QUEUES: `overall` less the queues shown, so all the rest, any queue
+    named "other" itself included, and no label value is ever shown twice. `per_queue` holds at
+    least the `keep` queues holding the most tasks of the `holding` queues that hold any. The
+    sums over all labels are `overall`."""
     named = sorted(
         (q for q in per_queue if q != OTHER_QUEUES),
         key=lambda q: (-sum(per_queue[q].values()), q),
     )
     bounded = {q: dict(per_queue[q]) for q in named[:keep]}
-    rest = named[keep:] + ([OTHER_QUEUES] if OTHER_QUEUES in per_queue else [])
-    if rest:
-        other: dict[str, int] = {}
-        for q in rest:
-            for state, n in per_queue[q].items():
-                other[state] = other.get(state, 0) + n
-        bounded[OTHER_QUEUES] = other
+    shown = sum(1 for gauges in bounded.values() if any(gauges.values()))
+    if holding > shown or OTHER_QUEUES in per_queue:
+        bounded[OTHER_QUEUES] = {
+            state: n - sum(gauges.get(state, 0) for gauges in bounded.values())
+            for state, n in overall.items()
+        }
     return bounded
 
 
@@ -86,11 +91,14 @@ class BrokerCollector(Collector):
     """Builds every metric family from the database on each collect()."""
 
     def collect(self) -> Iterator[Metric]:
-        now = queue.stats()  # one snapshot: counters, gauges and histogram agree
+        # One snapshot: counters, gauges and histogram agree; the busiest queues' own gauges.
+        now = queue.stats(shown=MAX_QUEUE_LABELS, also=(ALWAYS_SHOWN_QUEUE,))
         totals = now["totals"]
         for name, (doc, parts) in COUNTER_METRICS.items():
             yield CounterMetricFamily(name, doc, value=sum(totals[p] for p in parts))
-        per_queue = bounded_by_queue({ALWAYS_SHOWN_QUEUE: {}, **now["queues"]})
+        per_queue = bounded_by_queue(
+            {ALWAYS_SHOWN_QUEUE: {}, **now["queues"]}, now["gauges"], now["holding"]
+        )
         for name, (doc, state) in GAUGE_METRICS.items():
             family = GaugeMetricFamily(name, doc, labels=["queue"])
             for queue_name in sorted(per_queue):

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
-from broker import queue
 from broker.exceptions import BrokerError, InvalidFields
-from broker.models import GAUGE_COLUMNS, CounterDelta, Queue, QueueCounter, SqsQueue
-from broker.queue import keys, restricted
+from broker.models import GAUGE_COLUMNS, Queue, QueueName
+from broker.queue import counters, keys, restricted
+from broker.queue import names as named
 from broker.queue.base import current_time
-from broker.queue.counters import LEGACY_QUEUE
 from broker.wakeup import announce
 from contract.limits import MAX_IN_FLIGHT, MAX_RATE_PER_S, QUEUE_MESSAGE, QUEUE_RE
 
@@ -56,13 +56,18 @@ def name_problems(name: str) -> dict[str, list[str]]:
 
 
 def names() -> list[str]:
-    """Every queue a task or a setting ever named (an SQS CreateQueue names one too)."""
-    found = set(Queue.objects.values_list("name", flat=True))
-    found.update(SqsQueue.objects.values_list("name", flat=True))
-    found.update(QueueCounter.objects.values_list("queue", flat=True).distinct())
-    found.update(CounterDelta.objects.values_list("queue", flat=True).distinct())
-    found.discard(LEGACY_QUEUE)
-    return sorted(found)
+    """Queues for people to pick from (the dashboard's history chart), by name: the
+    SHOWN_QUEUES named last and the SHOWN_QUEUES holding the most tasks (every queue, while
+    fewer were ever named)."""
+    busiest = counters.stats(shown=counters.SHOWN_QUEUES)["queues"]
+    return sorted({*named.newest(counters.SHOWN_QUEUES), *busiest})
+
+
+def listed() -> QuerySet:
+    """Every queue a task, a setting or SQS's CreateQueue ever named (QueueName rows; by id, the
+    order first named), its list caught up first."""
+    named.catch_up()
+    return QueueName.objects.all()
 
 
 def _shape(name: str, row: Queue | None, gauges: dict[str, int]) -> dict[str, Any]:
@@ -78,28 +83,20 @@ def _shape(name: str, row: Queue | None, gauges: dict[str, int]) -> dict[str, An
     }
 
 
-def describe_all() -> list[dict[str, Any]]:
-    """Every queue as API.md's <queue>, by name; gauges from the counter rows (no task count)."""
-    rows = {row.name: row for row in Queue.objects.all()}
-    per_queue = queue.stats()["queues"]
-    return [_shape(name, rows.get(name), per_queue.get(name, {})) for name in names()]
+def describe_many(names: list[str]) -> list[dict[str, Any]]:
+    """These queues as API.md's <queue>, in this order; gauges from their counter rows (a page
+    of GET /queues: two reads, whatever the page)."""
+    rows = {row.name: row for row in Queue.objects.filter(name__in=names)}
+    gauges = counters.queue_gauges(names)
+    return [_shape(name, rows.get(name), gauges[name]) for name in names]
 
 
 def describe(name: str) -> dict[str, Any]:
     """One queue as <queue>. Raises QueueNotFound for a name nothing ever used."""
     row = Queue.objects.filter(name=name).first()
-    if row is None and not _named(name):
+    if row is None and not named.known(name):
         raise QueueNotFound()
-    return _shape(name, row, queue.stats()["queues"].get(name, {}))
-
-
-def _named(name: str) -> bool:
-    """Whether a task (its counter rows) or an SQS CreateQueue named the queue."""
-    return name != LEGACY_QUEUE and (
-        QueueCounter.objects.filter(queue=name).exists()
-        or CounterDelta.objects.filter(queue=name).exists()
-        or SqsQueue.objects.filter(name=name).exists()
-    )
+    return _shape(name, row, counters.queue_gauges([name])[name])
 
 
 def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +109,7 @@ def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
     if bad:
         raise SettingsError(bad)
     with transaction.atomic():
+        named.add([name])
         # The row first (INSERT ... ON CONFLICT DO NOTHING), then its lock: clients that name a
         # new queue at once all insert, and the losers of the unique key would fail; this way
         # they wait for the first insert to commit, then each applies its change in turn.
@@ -139,8 +137,10 @@ def update(name: str, changes: dict[str, Any]) -> dict[str, Any]:
 
 def forget(name: str) -> None:
     """Back to the default settings (SQS's DeleteQueue): the queue's row goes, and what it held
-    back is let go as update() would (ordered keys unordered, parked claimers woken)."""
+    back is let go as update() would (ordered keys unordered, parked claimers woken). A queue
+    no task named leaves the list of queues too."""
     with transaction.atomic():
+        named.forget(name)
         row = Queue.objects.select_for_update().filter(name=name).first()
         if row is None:
             return
@@ -159,9 +159,16 @@ def update_many(names: list[str], changes: dict[str, Any]) -> int:
     return len(names)
 
 
-def ensure_rows(names_: list[str]) -> None:
-    """A settings row (no settings) for each named queue, so admin can list and change them."""
-    Queue.objects.bulk_create([Queue(name=n) for n in names_], ignore_conflicts=True)
+def ensure_rows(names: list[str]) -> None:
+    """A settings row (no settings) for each of these queues."""
+    Queue.objects.bulk_create([Queue(name=n) for n in names], ignore_conflicts=True)
+
+
+def ensure_every_row() -> None:
+    """A settings row for every queue ever named, so admin lists them all and can change any
+    (a plain row costs a claim nothing: models.Queue's restricted index)."""
+    missing = listed().exclude(name__in=Queue.objects.values("name"))
+    ensure_rows(list(missing.values_list("name", flat=True)))
 
 
 def _apply(row: Queue, changes: dict[str, Any]) -> bool:

@@ -188,7 +188,11 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
         f"1 to {MAX_BATCH}",
         "`POST /jobs/batch`, `/jobs/ack`, `/jobs/nack`, settles in a claim",
     ),
-    ("limit", f"default {DEFAULT_PAGE_SIZE}, capped at {MAX_PAGE_SIZE}", "`GET /jobs`, `GET /dlq`"),
+    (
+        "limit",
+        f"default {DEFAULT_PAGE_SIZE}, capped at {MAX_PAGE_SIZE}",
+        "`GET /jobs`, `/dlq`, `/queues`",
+    ),
     ("task id", f"`{TASK_ID_PATTERN}`; anything else is a 404", "paths, cursors"),
     *_applies(
         "`PATCH /queues/{name}`",

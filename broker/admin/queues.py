@@ -89,9 +89,14 @@ class QueueAdmin(admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        queues.ensure_rows(queues.names())  # queues named only by tasks get a (plain) row
-        self._gauges = queue.stats()["queues"]  # one read of the counters for every row
+        queues.ensure_every_row()  # queues named only by tasks get a (plain) row
         return super().changelist_view(request, extra_context)
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        # One read of the counter rows for the page's queues, not for every queue.
+        self._gauges = queue.queue_gauges([row.name for row in changelist.result_list])
+        return changelist
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
         # The list's editable limits are checked as the change page checks them (QueueForm).
@@ -113,7 +118,10 @@ class QueueAdmin(admin.ModelAdmin):
         self.message_user(request, ngettext("%d queue %s.", "%d queues %s.", n) % (n, what))
 
     def _gauge(self, name: str, obj: Queue) -> int:
-        return (self._gauges or queue.stats()["queues"]).get(obj.name, {}).get(name, 0)
+        gauges = (self._gauges or {}).get(obj.name)
+        if gauges is None:  # not this page's (another request's list replaced it)
+            gauges = queue.queue_gauges([obj.name])[obj.name]
+        return gauges[name]
 
     ready = _gauge_column("ready", "ready")
     handed_out = _gauge_column("handed_out", "handed out")

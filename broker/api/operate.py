@@ -14,13 +14,18 @@ from broker.api.base import BrokerView
 from broker.api.errors import ValidationFailed
 from broker.api.representation import timestamp
 from broker.models import Schedule
+from contract.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 
 class QueuesView(BrokerView):
-    """GET /queues: every queue a task or a setting named, with its settings and gauges."""
+    """GET /queues: every queue a task or a setting named, with its settings and gauges, newest
+    named first, paged as GET /jobs."""
 
     def get(self, request: Request) -> Response:
-        return Response({"results": queues.describe_all()})
+        page, next_url = parsing.newest_first(
+            request, queues.listed(), DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+        )
+        return Response({"results": queues.describe_many([q.name for q in page]), "next": next_url})
 
 
 class QueueView(BrokerView):

@@ -13,7 +13,15 @@ from broker.api.schema_components import (
     _object,
     ref,
 )
-from broker.api.schema_operations import BAD_REQUEST, _body, _op, answer, error_answer
+from broker.api.schema_operations import (
+    BAD_REQUEST,
+    CURSOR,
+    LIMIT,
+    _body,
+    _op,
+    answer,
+    error_answer,
+)
 from contract import limits
 
 _QUEUE_SETTINGS: dict[str, Schema] = {
@@ -70,7 +78,13 @@ _SCHEDULE_CHANGES: dict[str, Schema] = {
 
 COMPONENTS: dict[str, Schema] = {
     "Queue": _object(_QUEUE_FIELDS, list(_QUEUE_FIELDS)),
-    "Queues": _object({"results": {"type": "array", "items": ref("Queue")}}, ["results"]),
+    "Queues": _object(
+        {
+            "results": {"type": "array", "items": ref("Queue")},
+            "next": {"type": "string", "nullable": True, "description": "URL of the next page."},
+        },
+        ["results", "next"],
+    ),
     "QueueSettings": _object(_QUEUE_SETTINGS, [], closed=True),
     "Schedule": _object(
         {
@@ -112,7 +126,11 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             "list_queues",
             "Every queue: settings and gauges",
             "queues",
-            {200: answer("Queues a task or a setting named, by name.", ref("Queues"))},
+            {
+                200: answer("Queues a task or a setting named, newest named first.", ref("Queues")),
+                400: BAD_REQUEST,
+            },
+            parameters=[LIMIT, CURSOR],
         ),
     },
     "broker.api.operate.QueueView": {

@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce, RowNumber
 from django.urls import reverse
 
 from broker.models import Queue, Task
+from broker.queue import counters
 from broker.states import State
 
 # Queues whose settings go by key (RESTRICTED leaves `ordered` out: it holds back no claim scan).
@@ -25,8 +26,10 @@ COUNTED = (State.READY, State.HANDED_OUT)
 
 
 def keyed_queues() -> list[str]:
-    """The queues whose settings share, cap or order their tasks by key."""
-    return list(Queue.objects.filter(KEYED).order_by("name").values_list("name", flat=True))
+    """The queues whose settings share, cap or order their tasks by key: the first SHOWN_QUEUES
+    by name (every SQS queue is fair, and clients may make thousands)."""
+    keyed = Queue.objects.filter(KEYED).order_by("name").values_list("name", flat=True)
+    return list(keyed[: counters.SHOWN_QUEUES])
 
 
 def top_keys() -> dict[str, dict[str, Any]]:

@@ -25,6 +25,7 @@ from broker.dashboard.access import Sight
 from broker.history import reading
 from broker.history.views import parse_range
 from broker.models import RESTRICTED, Queue, Task
+from broker.queue import counters
 from broker.queue.base import api_time
 from broker.states import Priority, State
 
@@ -181,8 +182,9 @@ def running_tasks() -> list[dict[str, Any]]:
 
 
 def queue_settings() -> dict[str, dict[str, Any]]:
-    """The queues that are paused, limited, or go by key, by name, with those settings."""
-    rows = Queue.objects.filter(RESTRICTED | keys.KEYED).order_by("name")
+    """The queues that are paused, limited, or go by key, with those settings: the first
+    SHOWN_QUEUES by name (clients may set thousands)."""
+    rows = Queue.objects.filter(RESTRICTED | keys.KEYED).order_by("name")[: counters.SHOWN_QUEUES]
     return {
         row.name: {
             "paused": row.paused, "max_in_flight": row.max_in_flight,

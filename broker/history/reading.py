@@ -1,5 +1,6 @@
-"""Reading history: the points of a range, per queue or all, with the current bucket's moves
-that no recording has counted yet (so every answer adds up to the totals of its instant)."""
+"""Reading history: the points of a range of one series (a queue's, or all queues'), with the
+current bucket's moves that no recording has counted yet (so every answer adds up to the totals
+of its instant). A read fetches the points of its range and three rows, however many queues."""
 
 from __future__ import annotations
 
@@ -42,51 +43,39 @@ def points(asked: Range) -> list[dict[str, Any]]:
         "since": db_time(first),
         "until": db_time(last),
         "step": asked.step,
-        "queue": asked.queue,
+        "queue": sql.ALL_QUEUES if asked.queue is None else asked.queue,
     }
     with connection.cursor() as cursor:
         cursor.execute(_STATEMENTS[asked.queue is not None], params)
         rows = cursor.fetchall()
     width = len(HISTORY_COLUMNS)
-    per_queue: dict[tuple[datetime, str], list[int]] = {}
-    marks: dict[str, list[int]] = {}
-    live: dict[str, list[int]] = {}
+    mark = live = [0] * width
     recorded_at = None
     found = []
-    for src, queue, at, _, *values in rows:
+    for src, _, at, _, *values in rows:
         if src == CLOCK:
             recorded_at = aware(at)
         elif src == POINTS:
-            found.append((aware(at) or first, queue, values))
+            found.append((aware(at) or first, values))
+        elif src == MARKS:
+            mark = [int(v or 0) for v in values]
         else:
-            (marks if src == MARKS else live)[queue] = [int(v or 0) for v in values]
-    # Oldest first: a queue's minutes fold into its hour with the last gauge sample winning.
-    for at, queue, values in sorted(found, key=lambda row: row[0]):
-        fold(per_queue.setdefault((bucket(at, asked.step), queue), [0] * width), values)
+            live = [int(v or 0) for v in values]
     buckets: dict[datetime, list[int]] = {}
-    for (start, _), values in per_queue.items():
-        _add(buckets.setdefault(start, [0] * width), values)
+    # Oldest first: minutes fold into their hour with the last gauge sample winning.
+    for at, values in sorted(found, key=lambda row: row[0]):
+        fold(buckets.setdefault(bucket(at, asked.step), [0] * width), values)
     now = current_time()
     current = bucket(max(now, recorded_at) if recorded_at else now, asked.step)
     if first <= current <= asked.until:
-        _add_unrecorded(buckets.setdefault(current, [0] * width), live, marks)
+        _add_unrecorded(buckets.setdefault(current, [0] * width), live, mark)
     return [_shown(at, buckets[at]) for at in sorted(buckets)]
 
 
-def _add(total: list[int], values: list[int]) -> None:
-    """One queue's bucket into the bucket of every queue: counts and gauges add up."""
-    for i, value in enumerate(values):
-        total[i] += value
-
-
-def _add_unrecorded(total: list[int], live: dict[str, list[int]], marks: dict[str, list[int]]):
-    """The current bucket: plus what moved since each queue's mark, with the gauges now."""
-    for i in GAUGE_AT:
-        total[i] = 0
-    for queue, now in live.items():
-        mark = marks.get(queue, [0] * len(now))
-        for i, value in enumerate(now):
-            total[i] += value if i in GAUGE_AT else value - mark[i]
+def _add_unrecorded(total: list[int], live: list[int], mark: list[int]) -> None:
+    """The current bucket: plus what moved since the series' mark, with the gauges now."""
+    for i, value in enumerate(live):
+        total[i] = value if i in GAUGE_AT else total[i] + value - mark[i]
 
 
 def _shown(at: datetime, values: list[int]) -> dict[str, Any]:

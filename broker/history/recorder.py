@@ -1,10 +1,14 @@
 """Recording history, from the sweeper: the counter rows' change since the last recording goes
-into the current minute (with a sample of the gauges); finished hours are compacted from their
-minutes; points past keeping are pruned. Each happens once, however many sweepers run: all of it
-is one transaction holding the lock of the one HistoryClock row.
+into the current minute (with a sample of the gauges), for each queue that moved and for all
+queues together (sql.ALL_QUEUES); finished hours are compacted from their minutes; points past
+keeping are pruned; queues left with no task have their counter rows retired (counters.retire).
+Each happens once, however many sweepers run: all of it is one transaction holding the lock of
+the one HistoryClock row.
 
 Nothing here runs on the hot path: the moves already keep the counter rows, and a recording
-reads them once for every queue (one statement) at most once a second.
+reads them (one statement, whose answer is the queues that moved) at most once a second. Once
+retired, a queue costs a recording nothing: an idle sweeper's work does not grow with the
+queues clients ever named.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from broker.history import sql
-from broker.models import HISTORY_COLUMNS, HISTORY_GAUGES, HistoryClock
+from broker.models import HISTORY_COLUMNS, HISTORY_GAUGES, HistoryClock, HistoryMark
+from broker.queue import counters, names
 from broker.queue.base import aware, current_time
 
 MINUTE, HOUR = 60, 3600
@@ -26,6 +31,10 @@ MINUTE, HOUR = 60, 3600
 # far a count may land from its minute (a move just before a minute's end may count in the next).
 RECORD_EVERY = timedelta(seconds=1)
 PRUNE_BATCH = 5000
+# A queue that holds no task and did not move for this long has its counter rows retired
+# (counters.retire): a queue emptied and filled all the time keeps them, and its moves never
+# wait for a retirement.
+RETIRE_AFTER = timedelta(seconds=60)
 _ROWS_PER_STATEMENT = 200  # ~6,600 parameters: under SQLite's limit
 GAUGE_AT = frozenset(i for i, c in enumerate(HISTORY_COLUMNS) if c in HISTORY_GAUGES)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -42,12 +51,14 @@ def bucket(at: datetime, step: int) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """What one recording wrote: points of the minute, hours compacted, points pruned."""
+    """What one recording wrote: points of the minute, hours compacted, points pruned, queues
+    retired."""
 
     at: datetime
     points: int
     compacted: int = 0
     pruned: int = 0
+    retired: int = 0
 
 
 def record(*, force: bool = False) -> Recorded | None:
@@ -69,7 +80,7 @@ def record(*, force: bool = False) -> Recorded | None:
         # Never back in time, whatever a host's clock says: a compacted hour stays whole.
         at = max(now, last) if last is not None else now
         new_minute = last is None or bucket(last, MINUTE) != bucket(at, MINUTE)
-        points = _record_minute(bucket(at, MINUTE), new_minute)
+        points, idle = _record_minute(at, new_minute)
         hour = bucket(at, HOUR)
         compacted = 0
         if compacted_until is None or compacted_until < hour:
@@ -79,7 +90,9 @@ def record(*, force: bool = False) -> Recorded | None:
         HistoryClock.objects.filter(pk=_CLOCK_PK).update(
             recorded_at=at, compacted_until=compacted_until
         )
-    return Recorded(at, points, compacted, pruned)
+        # Last: the rows it locks (a move of those queues would wait) are held only till commit.
+        retired = _retire(idle, at)
+    return Recorded(at, points, compacted, pruned, retired)
 
 
 def _recent(now: datetime) -> bool:
@@ -109,37 +122,66 @@ def _lock_clock() -> tuple[datetime | None, datetime | None] | None:
     return None
 
 
-def _rows(statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+def _rows(statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()
 
 
-def _record_minute(minute: datetime, new_minute: bool) -> int:
-    """Add each queue's change since its mark to the minute's point, sample its gauges, move
-    its mark. A queue gets a point when it moved or its gauges changed, and once a minute while
-    it holds tasks (so every minute of a busy queue has its gauges)."""
-    live = {queue: tuple(int(v or 0) for v in values) for queue, *values in _rows(sql.LIVE)}
-    marks = {queue: tuple(values) for queue, *values in _rows(sql.READ_MARKS)}
-    zero = (0,) * len(HISTORY_COLUMNS)
+def _record_minute(at: datetime, new_minute: bool) -> tuple[int, dict[str, Values]]:
+    """Add each queue's change since its mark to the point of the minute of `at`, sample its
+    gauges, move its mark. A queue gets a point when it moved or its gauges changed; all queues'
+    series also once a minute while any task is held (so every minute has the gauges of all).
+    Returns the points written, and the queues holding no task that did not move for
+    RETIRE_AFTER, with their marks."""
+    width = len(HISTORY_COLUMNS)
     points: list[tuple[Any, ...]] = []
     moved_marks: list[tuple[Any, ...]] = []
-    at = db_time(minute)
-    for queue, now in sorted(live.items()):
-        mark = marks.get(queue, zero)
+    idle: dict[str, Values] = {}
+    minute = db_time(bucket(at, MINUTE))
+    params = {"retired": counters.RETIRED, "idle": db_time(at - RETIRE_AFTER)}
+    for queue, *values in sorted(_rows(sql.RECORDING, params)):
+        now = tuple(int(v or 0) for v in values[:width])
+        mark = tuple(int(v or 0) for v in values[width:])
         change = tuple(
             v if i in GAUGE_AT else v - m for i, (v, m) in enumerate(zip(now, mark, strict=True))
         )
         counted = any(c for i, c in enumerate(change) if i not in GAUGE_AT)
         gauges_moved = any(now[i] != mark[i] for i in GAUGE_AT)
         holding = any(now[i] for i in GAUGE_AT)
-        if counted or gauges_moved or (new_minute and holding):
-            points.append((MINUTE, queue, at, *change))
+        sampled = queue == sql.ALL_QUEUES and new_minute and holding
+        if counted or gauges_moved or sampled:
+            points.append((MINUTE, queue, minute, *change))
         if counted or gauges_moved:
-            moved_marks.append((queue, *now))
+            moved_marks.append((queue, *now, db_time(at)))
+        elif not holding and queue not in (sql.ALL_QUEUES, counters.RETIRED):
+            idle[queue] = now  # RECORDING sends one that did not move only once idle so long
     _write(sql.add_to_points, points)
     _write(sql.set_marks, moved_marks)
-    return len(points)
+    return len(points), idle
+
+
+def _retire(idle: dict[str, Values], at: datetime) -> int:
+    """Retire the counter rows of queues that hold no task and sat idle (counters.retire checks
+    they still add up to their marks): their counts go to the RETIRED rows and their marks to
+    its mark, so no series' next change moves. Their names are listed first (queue.names), so
+    the list of queues keeps them."""
+    if not idle:
+        return 0
+    names.catch_up()
+    retired = counters.retire(
+        {q: dict(zip(HISTORY_COLUMNS, v, strict=True)) for q, v in idle.items()}
+    )
+    if retired:
+        names.named_by_tasks(retired)
+        mark = (
+            HistoryMark.objects.filter(queue=counters.RETIRED).values_list(*HISTORY_COLUMNS).first()
+        ) or (0,) * len(HISTORY_COLUMNS)
+        added = [sum(r[c] for r in retired.values()) for c in HISTORY_COLUMNS]
+        moved = (m + a for m, a in zip(mark, added, strict=True))
+        _write(sql.set_marks, [(counters.RETIRED, *moved, db_time(at))])
+        HistoryMark.objects.filter(queue__in=list(retired)).delete()
+    return len(retired)
 
 
 def _compact(since: datetime, until: datetime) -> int:

@@ -23,6 +23,7 @@ from broker.models.settings import (
     ClaimScope,
     KeyState,
     Queue,
+    QueueName,
     ReclaimHold,
     Schedule,
     SqsDedup,
@@ -35,6 +36,6 @@ __all__ = [
     "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
     "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "ClaimScope",
     "CounterDelta", "DeadTask", "Dependency", "HistoryClock", "HistoryMark", "HistoryPoint",
-    "KeyState", "Queue", "QueueCounter", "ReclaimHold", "Schedule", "SqsDedup", "SqsMessage",
-    "SqsQueue", "Task", "TaskError", "TaskQuerySet", "Workflow",
+    "KeyState", "Queue", "QueueCounter", "QueueName", "ReclaimHold", "Schedule", "SqsDedup",
+    "SqsMessage", "SqsQueue", "Task", "TaskError", "TaskQuerySet", "Workflow",
 ]  # fmt: skip

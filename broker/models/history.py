@@ -39,6 +39,9 @@ class HistoryMark(models.Model):
     """Per queue: its counter sums at the last recording, so the next one records the change."""
 
     queue = models.CharField(max_length=64, primary_key=True)
+    # When a recording last saw the queue move: one that holds no task is retired a while after
+    # (broker.history.recorder.RETIRE_AFTER). NULL: before marks kept it.
+    moved_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"history mark of {self.queue}"

@@ -35,6 +35,23 @@ class Queue(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Every claim asks whether a restricted queue is in its scope (broker.queue.sql): one
+        # probe of this index, however many plain rows admin made for the queues it lists.
+        indexes = [models.Index(fields=["name"], condition=RESTRICTED, name="queue_restricted_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueName(models.Model):
+    """A queue some task, setting or SQS CreateQueue named, in the order first named (by id:
+    GET /queues lists the newest first). broker/queue/names.py keeps it: moves do not write here
+    (an enqueue stays one statement); the names of the counter rows are caught up before any
+    read or write of the list, so its order is the order of naming."""
+
+    name = models.CharField(max_length=64, unique=True)
+    # A task named it: SQS's DeleteQueue, which forgets settings, does not forget the queue.
+    by_task = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return self.name

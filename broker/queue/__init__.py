@@ -30,7 +30,7 @@ from broker.queue.base import (
     Outcome,
     Settle,
 )
-from broker.queue.counters import fold_deltas, gauges, stats, totals
+from broker.queue.counters import fold_deltas, gauges, live_queues, queue_gauges, stats, totals
 from broker.queue.deadletters import (
     cancel,
     cancel_many,
@@ -93,6 +93,7 @@ __all__ = [
     "gauges",
     "hold_reclaims",
     "limit_receives",
+    "live_queues",
     "nack",
     "nack_many",
     "pending",
@@ -100,6 +101,7 @@ __all__ = [
     "promote_delayed",
     "prune_finished",
     "prune_holds",
+    "queue_gauges",
     "reclaim_expired",
     "release",
     "release_many",

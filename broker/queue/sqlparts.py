@@ -12,6 +12,9 @@ from broker.states import GAUGE_STATES, TRANSITIONS
 _GAUGES = {state.value for state in GAUGE_STATES}
 COUNTER_TABLE = "broker_queuecounter"
 DELTA_TABLE = "broker_counterdelta"
+# The pseudo-queue holding the counts of queues whose rows were retired (and those from before
+# counters were kept per queue): part of every total, never listed.
+RETIRED = ""
 
 
 # Arrays go as binary parameters (%(name)b): psycopg's text format escapes every element with a
@@ -79,7 +82,7 @@ def counted(
     if deferred:
         return (
             f"INSERT INTO {DELTA_TABLE} (queue, {columns}) "
-            f"SELECT queue, {values} FROM {source} GROUP BY queue"
+            f"SELECT queue, {values} FROM {source} GROUP BY queue ORDER BY queue"
         )
     updates = ", ".join(f"{c} = c.{c} + excluded.{c}" for c in exprs)
     return (
@@ -109,14 +112,62 @@ def append_deltas(columns: Sequence[str], rows: int) -> str:
     )
 
 
-_SUMS = ", ".join(f"sum({c})" for c in COUNTER_COLUMNS)
 _ALL = ", ".join(COUNTER_COLUMNS)
-# One statement, so one snapshot: gauges and totals read together always agree.
-STATS = (
-    f"SELECT queue, {_SUMS} FROM ("
+_ROWS = (
     f"SELECT queue, {_ALL} FROM {COUNTER_TABLE} UNION ALL SELECT queue, {_ALL} FROM {DELTA_TABLE}"
-    ") AS u GROUP BY queue"
 )
+_GAUGE_NAMES = [c for c in COUNTER_COLUMNS if c in _GAUGES]
+_GAUGE_LIST = ", ".join(_GAUGE_NAMES)
+_PER_QUEUE_GAUGES = (
+    f"SELECT queue, {', '.join(f'sum({c}) AS {c}' for c in _GAUGE_NAMES)} FROM ("
+    f"SELECT queue, {_GAUGE_LIST} FROM {COUNTER_TABLE}"
+    f" UNION ALL SELECT queue, {_GAUGE_LIST} FROM {DELTA_TABLE}) AS u GROUP BY queue"
+)
+_HELD = " + ".join(_GAUGE_NAMES)
+_HOLDS = " OR ".join(f"{c} <> 0" for c in _GAUGE_NAMES)
+# A shown queue's row: its gauges in their columns, typed NULLs (a subquery's) in the others.
+_SHOWN_COLUMNS = ", ".join(c if c in _GAUGES else "CAST(NULL AS BIGINT)" for c in COUNTER_COLUMNS)
+
+
+def stats(also: int) -> str:
+    """One statement, so one snapshot: gauges and totals read together always agree.
+
+    A first row of the sums over every counter row (queue NULL) and how many queues hold tasks;
+    then the gauges of the queues holding the most tasks (then by name), `%s` of them, and of
+    `also` more queues named by parameter (those that hold any; a queue may come twice). The
+    rows answered are bounded; the database sums the rows of the queues with counts
+    (counters.retire keeps them to those that held tasks lately), grouping only their gauges.
+    """
+    asked = (
+        f" UNION ALL SELECT queue, {_SHOWN_COLUMNS}, n FROM held"
+        f" WHERE queue IN ({', '.join(['%s'] * also)})"
+        if also
+        else ""
+    )
+    return (
+        f"WITH held AS (SELECT queue, {_GAUGE_LIST}, {_HELD} AS n FROM ({_PER_QUEUE_GAUGES}) AS g"
+        f" WHERE queue <> %s AND ({_HOLDS}))"
+        f" SELECT NULL, {', '.join(f'sum({c})' for c in COUNTER_COLUMNS)},"
+        f" (SELECT count(*) FROM held) FROM ({_ROWS}) AS u"
+        f" UNION ALL SELECT * FROM (SELECT queue, {_SHOWN_COLUMNS}, n FROM held"
+        f" ORDER BY n DESC, queue LIMIT %s) AS busiest{asked}"
+    )
+
+
+def queue_gauges(names: int) -> str:
+    """The gauges of `names` queues named by parameter (twice: counter rows, then deltas), one
+    row per queue with any row."""
+    marks = ", ".join(["%s"] * names)
+    return (
+        f"SELECT queue, {', '.join(f'sum({c})' for c in _GAUGE_NAMES)} FROM ("
+        f"SELECT queue, {_GAUGE_LIST} FROM {COUNTER_TABLE} WHERE queue IN ({marks})"
+        f" UNION ALL SELECT queue, {_GAUGE_LIST} FROM {DELTA_TABLE} WHERE queue IN ({marks})"
+        ") AS u GROUP BY queue"
+    )
+
+
+# The queues with tasks ready, handed out or delayed (SQS's ListQueues lists them).
+LIVE_QUEUES = f"SELECT queue FROM ({_PER_QUEUE_GAUGES}) AS g WHERE ready + handed_out + delayed > 0"
 
 
 def backoff(attempts: str, jitter: str) -> str:

@@ -161,8 +161,7 @@ def list_queues(call: Call) -> dict[str, Any]:
         raise errors.InvalidParameterValue("Value for parameter QueueNamePrefix must be a string.")
     most = params.integer(call.body, "MaxResults", 1, limits.MAX_LIST_RESULTS, 0)
     after = _token_name(call.body.get("NextToken"))
-    live = {n for n, g in queue.stats()["queues"].items() if g["ready"] + g["handed_out"]
-            + g["delayed"]}  # fmt: skip
+    live = queue.live_queues()
     names = sorted(
         n for n in {*SqsQueue.objects.values_list("name", flat=True), *live,
                     *Queue.objects.values_list("name", flat=True)}
@@ -192,7 +191,7 @@ def get_queue_attributes(call: Call) -> dict[str, Any]:
     names = queueattrs.wanted(params.names(call.body, "AttributeNames"))
     if not names:
         return {}
-    gauges = queue.stats()["queues"].get(found.name, {})
+    gauges = queue.queue_gauges([found.name])[found.name]
     return {"Attributes": queueattrs.report(found, names, gauges)}
 
 

@@ -20,10 +20,10 @@ EMPTY = {"ready": 0, "handed_out": 0, "delayed": 0, "dead": 0, "blocked": 0}
 def test_queues__none_named__empty_list(api_client) -> None:
     r = api_client.get("/queues")
     assert r.status_code == 200
-    assert r.json() == {"results": []}
+    assert r.json() == {"results": [], "next": None}
 
 
-def test_queues__named_by_tasks_and_settings__listed_by_name_with_gauges(
+def test_queues__named_by_tasks_and_settings__newest_named_first_with_gauges(
     api_client, put, take, set_queue
 ) -> None:
     put("mail", 3)
@@ -32,11 +32,63 @@ def test_queues__named_by_tasks_and_settings__listed_by_name_with_gauges(
     set_queue("reports", paused=True)
     r = api_client.get("/queues")
     assert r.status_code == 200
-    assert r.json()["results"] == [
-        {"name": "billing", **PLAIN, **EMPTY, "delayed": 1},
-        {"name": "mail", **PLAIN, **EMPTY, "ready": 2, "handed_out": 1},
-        {"name": "reports", **PLAIN, "paused": True, **EMPTY},
-    ]
+    assert r.json() == {
+        "results": [
+            {"name": "reports", **PLAIN, "paused": True, **EMPTY},
+            {"name": "billing", **PLAIN, **EMPTY, "delayed": 1},
+            {"name": "mail", **PLAIN, **EMPTY, "ready": 2, "handed_out": 1},
+        ],
+        "next": None,
+    }
+
+
+def test_queues__named_again__keeps_the_place_of_its_first_naming(
+    api_client, put, take, set_queue
+) -> None:
+    put("a")
+    set_queue("b", paused=True)
+    put("c")
+    put("a")
+    set_queue("a", max_in_flight=3)
+    from tests.api.conftest import ack_all
+
+    ack_all(api_client, take(["a"], n=2))
+    assert [q["name"] for q in api_client.get("/queues").json()["results"]] == ["c", "b", "a"]
+
+
+def test_queues__more_than_a_page__next_walks_each_once_newest_first(api_client) -> None:
+    from tests.reads import name_queues
+
+    names = name_queues(120)
+    r = api_client.get("/queues")
+    body = r.json()
+    assert [q["name"] for q in body["results"]] == names[::-1][:50]  # 50 by default
+    seen = [q["name"] for q in body["results"]]
+    pages = 1
+    while body["next"] is not None:
+        assert body["next"].startswith("http://testserver/queues?")
+        body = api_client.get(body["next"]).json()
+        seen += [q["name"] for q in body["results"]]
+        pages += 1
+    assert (pages, seen) == (3, names[::-1])
+
+
+def test_queues__limit__given_or_capped_at_500(api_client) -> None:
+    from tests.reads import name_queues
+
+    name_queues(510)
+    assert len(api_client.get("/queues?limit=7").json()["results"]) == 7
+    capped = api_client.get("/queues?limit=100000").json()
+    assert len(capped["results"]) == 500 and capped["next"] is not None
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=-1", "limit=x", "limit=", "cursor=x", "cursor=", "cursor=1.5"]
+)
+def test_queues__bad_limit_or_cursor__400_names_it(api_client, query: str) -> None:
+    r = api_client.get(f"/queues?{query}")
+    assert r.status_code == 400
+    assert list(r.json()["fields"]) == [query.split("=")[0]]
 
 
 def test_queue__one__its_settings_and_gauges(api_client, put, set_queue) -> None:
@@ -152,5 +204,8 @@ def test_queues__created_over_sqs__listed_before_its_first_message(api_client) -
 
     now = timezone.now()
     SqsQueue.objects.create(name="orders", created_at=now, updated_at=now)
-    assert api_client.get("/queues").json()["results"] == [{"name": "orders", **PLAIN, **EMPTY}]
+    assert api_client.get("/queues").json() == {
+        "results": [{"name": "orders", **PLAIN, **EMPTY}],
+        "next": None,
+    }
     assert api_client.get("/queues/orders").status_code == 200

@@ -12,6 +12,7 @@ from django.test import override_settings
 from broker import queue
 from broker.history import recorder
 from broker.history.reading import Range, points
+from broker.history.sql import ALL_QUEUES
 from broker.models import HistoryPoint
 from broker.queue import NewTask
 from tests.concurrency.conftest import in_thread
@@ -74,11 +75,16 @@ def test_history__recorders_race_across_hours__every_count_once(clock) -> None:
     totals = {name: queue.totals()[name] for name in COUNTS}
     assert totals["enqueued"] > 100 and totals["reclaimed"] > 0 and totals["nacked"] > 0
     assert sum(r.compacted for r in recordings) >= 4  # hours were compacted while racing
-    # Nothing pruned (the settings keep all): the stored minutes are every count, once.
-    assert _summed(HistoryPoint.objects.filter(step=60)) == totals
+    # Nothing pruned (the settings keep all): the stored minutes are every count, once, in the
+    # queues' own series and in all queues'.
+    minutes = HistoryPoint.objects.filter(step=60)
+    assert _summed(minutes.exclude(queue=ALL_QUEUES)) == totals
+    assert _summed(minutes.filter(queue=ALL_QUEUES)) == totals
     clock.advance(3600_000)
     recorder.record(force=True)  # compacts the last hour
-    assert _summed(HistoryPoint.objects.filter(step=3600)) == totals
+    hours = HistoryPoint.objects.filter(step=3600)
+    assert _summed(hours.exclude(queue=ALL_QUEUES)) == _summed(hours.filter(queue=ALL_QUEUES))
+    assert _summed(hours.filter(queue=ALL_QUEUES)) == totals
     now = queue.base.current_time()
     for step in (60, 3600):
         shown = points(Range(since=now - clock.offset * 2, until=now, step=step))

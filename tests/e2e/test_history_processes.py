@@ -34,6 +34,7 @@ def _history(base: str, step: int, since: datetime) -> list[dict]:
 def test_history__two_nodes_three_sweepers__points_add_up_to_the_totals_exactly(
     db_url: str, tmp_path: Path
 ) -> None:
+    from broker.history.sql import ALL_QUEUES
     from broker.models import HistoryPoint
 
     started = datetime.now(UTC) - timedelta(minutes=1)
@@ -87,8 +88,11 @@ def test_history__two_nodes_three_sweepers__points_add_up_to_the_totals_exactly(
         for base in (a, b):
             for step in (60, 3600):
                 assert _summed(_history(base, step, started)) == totals, (base, step)
-    # Every sweeper stopped: what is stored is what they recorded, each count once.
-    stored = HistoryPoint.objects.filter(step=60)
+    # Every sweeper stopped: what is stored is what they recorded, each count once, in the
+    # queues' own series and in all queues'.
+    stored = HistoryPoint.objects.filter(step=60).exclude(queue=ALL_QUEUES)
+    every = HistoryPoint.objects.filter(step=60, queue=ALL_QUEUES)
     assert {k: sum(getattr(p, k) for p in stored) for k in COUNTS} == totals
+    assert {k: sum(getattr(p, k) for p in every) for k in COUNTS} == totals
     assert totals["reclaimed"] > 0 and totals["buried"] > 0 and totals["acked"] > 100, totals
     assert stored.count() >= 1

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from broker import queue
 from broker.history import recorder
 from broker.history.reading import Range, points, quantile_ms
+from broker.history.sql import ALL_QUEUES
 from broker.models import HistoryClock, HistoryPoint
 from broker.queue import NewTask
 from tests.conftest import Clock
@@ -55,7 +56,8 @@ def totals() -> dict[str, int]:
 
 
 def stored(step: int) -> dict[str, int]:
-    rows = HistoryPoint.objects.filter(step=step)
+    """The counts of the queues' own points (all queues' series holds them once more)."""
+    rows = HistoryPoint.objects.filter(step=step).exclude(queue=ALL_QUEUES)
     return {name: sum(getattr(r, name) for r in rows) for name in COUNTS}
 
 
@@ -80,7 +82,7 @@ def test_record__moves_in_the_minute__one_point_counts_and_gauges(at_start) -> N
     work(n_ack=3, n_fail=2)
     put(4)  # ready
     done = recorder.record()
-    assert done is not None and done.points == 1
+    assert done is not None and done.points == 2  # the queue's, and all queues'
     (point,) = read()
     assert point["at"] == "2026-12-01T10:00:00.000Z"
     assert {k: point[k] for k in COUNTS} == {
@@ -143,14 +145,18 @@ def test_read__since_inside_a_bucket__that_bucket_counts(at_start) -> None:
     assert [p["acked"] for p in read(since=since)] == [1]
 
 
-def test_record__idle_queue_holding_tasks__a_gauge_sample_each_minute(at_start) -> None:
+def test_record__idle_queue_holding_tasks__all_queues_sampled_each_minute(at_start) -> None:
     put(3, "idle")
     recorder.record()
     for _ in range(3):
         at_start.advance(60_000)
         recorder.record()
-    recorded = HistoryPoint.objects.filter(queue="idle", step=60).order_by("at")
-    assert [(p.ready, p.enqueued) for p in recorded] == [(3, 3), (3, 0), (3, 0), (3, 0)]
+    every = HistoryPoint.objects.filter(queue=ALL_QUEUES, step=60).order_by("at")
+    assert [(p.ready, p.enqueued) for p in every] == [(3, 3), (3, 0), (3, 0), (3, 0)]
+    # The queue's own series: a point when it moves; between, its gauges stand.
+    own = HistoryPoint.objects.filter(queue="idle", step=60)
+    assert [(p.ready, p.enqueued) for p in own] == [(3, 3)]
+    assert [(p["ready"], p["enqueued"]) for p in read(queue_name="idle")] == [(3, 3), (3, 0)]
 
 
 def test_record__gauges_back_to_zero__sampled_so(at_start) -> None:
@@ -187,8 +193,8 @@ def test_compact__a_finished_hour__its_minutes_summed_last_gauges(at_start) -> N
     before = read(step=3600)  # 10:00 from its minutes: not compacted yet
     at_start.advance(5 * 60_000)  # 11:05:30
     done = recorder.record()
-    assert done is not None and done.compacted == 1
-    (hour,) = HistoryPoint.objects.filter(step=3600)
+    assert done is not None and done.compacted == 2  # the queue's hour, and all queues'
+    (hour,) = HistoryPoint.objects.filter(step=3600, queue="default")
     assert (hour.at, hour.acked, hour.buried, hour.ready, hour.dead) == (
         datetime(2026, 12, 1, 10, tzinfo=UTC), 6, 3, 3, 3,
     )  # fmt: skip
@@ -234,7 +240,8 @@ def test_record__after_downtime__the_gap_counts_in_the_minute_it_resumes(at_star
     at_start.advance(3 * 3600_000)  # the sweepers were down three hours
     work(n_ack=2, n_fail=0)
     done = recorder.record()
-    assert done is not None and done.compacted == 1  # 10:00 (11:00 and 12:00 had no minutes)
+    # 10:00 (11:00 and 12:00 had no minutes), for the queue and for all queues
+    assert done is not None and done.compacted == 2
     assert [(p["at"][11:16], p["acked"]) for p in read()] == [("10:00", 1), ("13:00", 2)]
     assert [(p["at"][11:16], p["acked"]) for p in read(step=3600)] == [("10:00", 1), ("13:00", 2)]
 
@@ -247,8 +254,9 @@ def test_prune__past_the_settings__minutes_only_once_compacted(at_start) -> None
         at_start.advance(50 * 60_000)
     work(n_ack=1, n_fail=0)
     recorder.record()  # 15:00:30
-    minutes = sorted(p.at.strftime("%H:%M") for p in HistoryPoint.objects.filter(step=60))
-    hours = sorted(p.at.strftime("%H:%M") for p in HistoryPoint.objects.filter(step=3600))
+    kept = HistoryPoint.objects.filter(queue="default")
+    minutes = sorted(p.at.strftime("%H:%M") for p in kept.filter(step=60))
+    hours = sorted(p.at.strftime("%H:%M") for p in kept.filter(step=3600))
     # Minutes: the last 30 only (14:10 is older).
     assert minutes == ["15:00"]
     # Hours: from 12:00:30 on (15:00 - 3 h): 12:00 began before it and is pruned.
@@ -262,7 +270,7 @@ def test_prune__no_minutes_kept__the_current_hour_stays_until_compacted(at_start
     at_start.advance(5 * 60_000)
     work(n_ack=1, n_fail=0)
     recorder.record()
-    assert HistoryPoint.objects.filter(step=60).count() == 2
+    assert HistoryPoint.objects.filter(step=60, queue="default").count() == 2
     assert summed(read(step=3600)) == totals()
 
 
