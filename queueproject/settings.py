@@ -11,6 +11,10 @@ import environ
 from contract import limits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A checkout keeps its database and collected static files beside manage.py; an installed
+# queue-broker (`pip install`, the `queue-broker` command) keeps them in the working directory,
+# never inside site-packages.
+DATA_DIR = BASE_DIR if (BASE_DIR / "manage.py").is_file() else Path.cwd()
 
 env = environ.Env()
 
@@ -110,10 +114,15 @@ ROOT_URLCONF = "queueproject.urls"
 # `/jobs` and `/jobs/` are both API paths: no redirect dance for POST clients.
 APPEND_SLASH = False
 
+# The bundled project's own pages (index.html): templates/ in a checkout, packaged as
+# queueproject/templates in the wheel. The broker's pages are the app's own (APP_DIRS).
+PROJECT_TEMPLATES = [
+    d for d in (BASE_DIR / "templates", Path(__file__).parent / "templates") if d.is_dir()
+]
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": PROJECT_TEMPLATES,
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -145,7 +154,7 @@ BROKER_DB_TCP_OPTIONS = {
     "keepalives_count": 3,
     "tcp_user_timeout": 10_000,
 }
-DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'db.sqlite3'}")}
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE takes the write lock at BEGIN, so two claimers can never both read the same
@@ -191,7 +200,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = DATA_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

@@ -60,12 +60,12 @@ def child_env(db_url: str, **extra: str) -> dict[str, str]:
 class Proc:
     """A child process with its output in a file, stopped by PID."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT) -> None:
         self.args, self.log_path = args, log
         self._log = open(log, "wb")
         self.popen = subprocess.Popen(
             args,
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
