@@ -11,10 +11,13 @@ from contract.djtasks import JOB_TYPE
 from contract.fields import PayloadSchema, StrictInteger, StrictString
 from contract.jobtypes import JobSpec
 
-_PATH_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", re.ASCII)
+_PATH_RULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+"
+_PATH_RE = re.compile(_PATH_RULE)
 
 
 class _AnyList(serializers.Field):
+    json_schema = {"type": "array"}
+
     def to_internal_value(self, data: Any) -> list[Any]:
         if not isinstance(data, list):
             raise serializers.ValidationError("Must be a JSON array.")
@@ -22,6 +25,8 @@ class _AnyList(serializers.Field):
 
 
 class _AnyObject(serializers.Field):
+    json_schema = {"type": "object"}
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise serializers.ValidationError("Must be a JSON object.")
@@ -34,6 +39,7 @@ class DjangoTaskPayload(PayloadSchema):
     kwargs = _AnyObject(default=dict)
     priority = StrictInteger(min_value=-100, max_value=100, default=0)
     run_after = StrictString(allow_null=True, default=None)
+    json_schema_rules = {"path": {"pattern": f"^{_PATH_RULE}$"}}
 
     def validate_path(self, value: str) -> str:
         if not _PATH_RE.fullmatch(value):
