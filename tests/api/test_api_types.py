@@ -89,7 +89,7 @@ def test_put__any_draft_2020_12_schema__kept_exactly_as_sent(api_client, schema)
     assert api_client.get("/types/t").json()["schema"] == schema
 
 
-@pytest.mark.parametrize("name", SAMPLE_TYPES + ("django_task",))
+@pytest.mark.parametrize("name", (*SAMPLE_TYPES, "django_task"))
 def test_put__builtin_name__409_and_nothing_stored(api_client, name: str) -> None:
     r = put(api_client, name, {"schema": None})
     assert r.status_code == 409
