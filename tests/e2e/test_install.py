@@ -164,6 +164,38 @@ def test_installed__serve_runs_the_api_pages_and_a_worker(
     assert swept.returncode == 0, swept.stderr
 
 
+def test_installed__runworker_runs_a_handler_module_of_yours(
+    installed: Path, workdir: Path, served: str
+) -> None:
+    # The guide's module, beside nothing of the checkout: found in the working directory.
+    shutil.copy(ROOT / "examples" / "handlers" / "images.py", workdir / "images.py")
+    worker = Proc(
+        [str(installed / "queue-broker"), "runworker", "--handlers", "images",
+         "--broker", served, "--wait-ms", "200"],
+        _env(),
+        workdir / "worker.log",
+        cwd=workdir,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: http("GET", f"{served}/types/resize_image")[0] == 200, 60, 0.1,
+                   f"resize_image registered:\n{worker.output()}")  # fmt: skip
+        body = {"type": "resize_image", "payload": {"path": "cat.png", "width": 400}}
+        status, created = http("POST", f"{served}/jobs", body)
+        assert status == 201, created
+
+        def finished() -> dict | None:
+            task = http("GET", f"{served}/jobs/{created['id']}")[1]
+            return task if task["state"] in ("done", "dead") else None
+
+        task = wait_until(finished, 60, 0.1, "the task to finish")
+    finally:
+        worker.stop()
+    assert (task["state"], task["result"]) == (
+        "done", {"path": "cat-400.png", "width": 400, "height": 300},
+    )  # fmt: skip
+    assert "handlers resize_image (images) and 9 built-in types" in worker.output()
+
+
 def _get(url: str, accept: str = "*/*") -> tuple[int, bytes]:
     import urllib.error
     import urllib.request
