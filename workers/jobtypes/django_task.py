@@ -13,11 +13,13 @@ from typing import Any
 from contract.djtasks import error_text
 from contract.jobtypes.django_task import SPEC
 from workers import handler
+from workers.handlers import PlainError
 from workers.jobtypes._django_tasks import load_task
 
 
-class DjangoTaskFailedError(Exception):
-    """The task function raised (or could not be run); the message is error_text()'s."""
+class DjangoTaskFailedError(PlainError):
+    """The task function raised (or could not be run); the message is error_text()'s, the
+    whole of the nack's error (the django.tasks backend reads its class path and traceback)."""
 
 
 @handler(SPEC.name, schema=SPEC)
