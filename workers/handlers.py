@@ -7,7 +7,7 @@ the log file.
 
     @handler("resize_image", schema={"type": "object", "required": ["path"]})
     def resize(payload):            # or resize(payload, job)
-        \"\"\"Resize one image.\"\"\"     # the type's description
+        '''Resize one image.'''     # the type's description
         return {"width": 200}       # the ack's result; an exception nacks
 """
 

@@ -76,7 +76,9 @@ def load(modules: Sequence[str]) -> Loaded:
         except Exception as exc:
             raise StartupError(f"handler module {module} failed to import: {_cause(exc)}") from exc
         loaded.modules[module] = sorted(set(handlers.REGISTRY) - before)
-        if not any(h.function.__module__ == module for h in handlers.REGISTRY.values()):
+        if not loaded.modules[module] and not any(
+            h.function.__module__ == module for h in handlers.REGISTRY.values()
+        ):
             log.warning("handler module %s declares no @handler", module)
     return loaded
 

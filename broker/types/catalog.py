@@ -72,8 +72,9 @@ def describe(row: JobType) -> dict[str, Any]:
 
 
 def listing() -> list[dict[str, Any]]:
-    """Every type, built-in and your own, by name."""
-    found = {**builtins(), **{row.name: describe(row) for row in JobType.objects.all()}}
+    """Every type, built-in and your own, by name. A built-in type wins over a row of its name
+    (one made before a new version of the broker brought the type): it is what enqueue applies."""
+    found = {**{row.name: describe(row) for row in JobType.objects.all()}, **builtins()}
     return [found[name] for name in sorted(found)]
 
 
