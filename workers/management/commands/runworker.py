@@ -149,7 +149,7 @@ class Command(BrokerCommand):
             else "one task per claim"
         )
         log.info(
-            "worker on %s: queues %s, %d threads, %s, wait %d ms, lease %d ms; handlers %s",
+            "worker on %s: queues %s, concurrency %d, %s, wait %d ms, lease %d ms; handlers %s",
             client.shown_url,
             ",".join(options["queue"]) or "all",
             options["concurrency"],
