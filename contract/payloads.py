@@ -63,9 +63,13 @@ def _unresolved(schema: Any) -> Iterator[str]:
     from referencing.exceptions import Unresolvable
     from referencing.jsonschema import DRAFT202012
 
-    resource = DRAFT202012.create_resource(schema)
-    root = resource.id() or ""
-    registry = SPECIFICATIONS.combine(_registry().with_resource(root, resource)).crawl()
+    try:
+        resource = DRAFT202012.create_resource(schema)
+        root = resource.id() or ""
+        registry = SPECIFICATIONS.combine(_registry().with_resource(root, resource)).crawl()
+    except Exception as exc:  # ids that clash or do not parse: no reference can be trusted
+        yield f"Its $id cannot be used: {exc}"
+        return
     resolver = registry.resolver(base_uri=root)
     for base, ref in _refs(schema, root):
         target = urljoin(base, ref)
@@ -76,6 +80,12 @@ def _unresolved(schema: Any) -> Iterator[str]:
             resolver.lookup(target)
         except Unresolvable:
             yield f"$ref {ref!r} does not resolve inside the schema."
+        except Exception as exc:  # a malformed pointer or anchor
+            yield f"$ref {ref!r} cannot be resolved: {exc}"
+
+
+# Keywords whose values are data, not schemas: a "$ref" key there is no reference.
+_DATA = frozenset({"const", "enum", "default", "examples"})
 
 
 def _refs(schema: Any, base: str) -> Iterator[tuple[str, str]]:
@@ -88,7 +98,7 @@ def _refs(schema: Any, base: str) -> Iterator[tuple[str, str]]:
                 here = urljoin(here, node["$id"])
             if isinstance(node.get("$ref"), str):
                 yield here, node["$ref"]
-            stack.extend((value, here) for key, value in node.items() if key != "const")
+            stack.extend((value, here) for key, value in node.items() if key not in _DATA)
         elif isinstance(node, list):
             stack.extend((item, here) for item in node)
 

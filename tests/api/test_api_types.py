@@ -457,3 +457,13 @@ def test_enqueue__builtin_types__validated_by_their_contract_as_before(
     assert typed(api_client, job_type, {**payload, "unknown_key": 1}).json()["fields"] == {
         "payload.unknown_key": ["Unknown field."]
     }
+
+
+def test_types__tokens_set__401_without_one(api_client, settings) -> None:
+    settings.BROKER_API_TOKENS = ["types-token"]
+    assert api_client.get("/types").status_code == 401
+    assert put(api_client, "t", {}).status_code == 401
+    assert not JobType.objects.exists()
+    api_client.credentials(HTTP_AUTHORIZATION="Bearer types-token")
+    assert api_client.get("/types").status_code == 200
+    assert put(api_client, "t", {}).status_code == 201
