@@ -65,3 +65,27 @@ def test_payload_check__nested_required__named_at_the_property() -> None:
 
 def test_payload_check__formats_are_annotations() -> None:
     assert PayloadCheck({"type": "string", "format": "email"}).problems("not an email") == {}
+
+
+@pytest.mark.parametrize(
+    ("items", "unique"),
+    [
+        ([{"a": 1, "b": 2}, {"b": 2, "a": 1}], False),  # key order does not matter
+        ([1, 1.0], False),  # one number
+        ([True, 1], True),  # a boolean is no number
+        ([[1, {"x": None}], [1.0, {"x": None}]], False),
+        (["1", 1, None, False, [], {}], True),
+        ([{"a": i} for i in range(5000)], True),
+    ],
+)
+def test_payload_check__unique_items__json_schemas_equality(items: list[Any], unique: bool) -> None:
+    check = PayloadCheck({"type": "array", "uniqueItems": True})
+    assert (check.problems(items) == {}) is unique
+
+
+def test_payload_check__unique_items__one_pass_not_every_pair() -> None:
+    # jsonschema's own compares every pair of objects: 68 s for 5000 (bench: see choices.md).
+    from contract import payloads
+
+    check = PayloadCheck({"uniqueItems": True})
+    assert check._validator.VALIDATORS["uniqueItems"] is payloads._unique_items
