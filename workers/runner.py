@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from workers import handlers
 from workers.client import backoff_s
-from workers.handlers import Dispatch, Run
 from workers.heartbeat import DEFAULT_REPORT_S, Heartbeat
 from workers.job import Job, running
 from workers.outcomes import (
@@ -35,7 +35,7 @@ from workers.wire import (
 log = logging.getLogger(__name__)
 
 # The task's handler (workers.handlers.Dispatch); raises to nack it with that error.
-Resolver = Callable[[Mapping[str, Any]], Run]
+Resolver = Callable[[Mapping[str, Any]], handlers.Run]
 
 
 class Runner:
@@ -84,7 +84,7 @@ class Runner:
             log.warning("lease of %d ms lowered to the broker's cap, %d ms", lease_ms, MAX_LEASE_MS)
             lease_ms = MAX_LEASE_MS
         self._client = client
-        self._resolve = resolve or Dispatch()
+        self._resolve = resolve or handlers.Dispatch()
         self._concurrency = concurrency
         self._wait_ms = wait_ms
         self._lease_ms = lease_ms

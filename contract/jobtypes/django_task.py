@@ -11,8 +11,7 @@ from contract.djtasks import JOB_TYPE
 from contract.fields import PayloadSchema, StrictInteger, StrictString
 from contract.jobtypes import JobSpec
 
-_PATH_RULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+"
-_PATH_RE = re.compile(_PATH_RULE)
+_PATH_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", re.ASCII)
 
 
 class _AnyList(serializers.Field):
@@ -39,7 +38,10 @@ class DjangoTaskPayload(PayloadSchema):
     kwargs = _AnyObject(default=dict)
     priority = StrictInteger(min_value=-100, max_value=100, default=0)
     run_after = StrictString(allow_null=True, default=None)
-    json_schema_rules = {"path": {"pattern": f"^{_PATH_RULE}$"}}
+    # validate_path's rule: Python names (ASCII), two or more, joined by dots.
+    json_schema_rules = {
+        "path": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"}
+    }
 
     def validate_path(self, value: str) -> str:
         if not _PATH_RE.fullmatch(value):
