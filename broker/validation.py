@@ -21,6 +21,7 @@ from rest_framework import serializers
 from broker.exceptions import InvalidTaskError
 from broker.queue import NewTask
 from broker.states import PRIORITY_BY_NAME
+from broker.types.checks import TypeBook
 from contract import limits
 from contract.errors import flatten
 from contract.fields import QueueName, StrictInteger, StrictSerializer, StrictString
@@ -105,7 +106,8 @@ class TaskIdList(serializers.Field):
 
 
 class EnqueueSerializer(StrictSerializer):
-    """A POST /jobs body; the words of every enqueue error."""
+    """A POST /jobs body; the words of every enqueue error. context["types"]: the TypeBook of
+    the call it checks bodies for (one per batch or workflow)."""
 
     payload = AnyJSONField(required=True)
     max_attempts = StrictInteger(
@@ -145,25 +147,35 @@ class EnqueueSerializer(StrictSerializer):
             errors = exc.detail
             if isinstance(data, dict) and isinstance(errors, dict) and "type" not in errors:
                 payload = None if "payload" in errors else (lambda: data.get("payload"))
-                errors.update(_type_problems(data.get("type"), payload))
+                errors.update(_type_problems(data.get("type"), payload, self._types()))
             raise
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("type") is not None:
-            problems = _type_problems(attrs["type"], lambda: json.loads(attrs["payload"]))
+            payload = lambda: json.loads(attrs["payload"])  # noqa: E731
+            problems = _type_problems(attrs["type"], payload, self._types())
             if problems:
                 raise serializers.ValidationError(problems)
         return attrs
 
+    def _types(self) -> TypeBook:
+        book: TypeBook | None = self.context.get("types")
+        if book is None:
+            book = self.context["types"] = TypeBook()
+        return book
 
-def _type_problems(job_type: Any, payload: Callable[[], Any] | None) -> dict[str, list[str]]:
-    """What a registered job type finds wrong: an unknown type, or the fields of its payload
-    (`payload()`; None: a payload that failed its own checks, not looked at by its type)."""
+
+def _type_problems(
+    job_type: Any, payload: Callable[[], Any] | None, types: TypeBook
+) -> dict[str, list[str]]:
+    """What a job type finds wrong: an unknown type, or the places of its payload (`payload()`;
+    None: a payload that failed its own checks, not looked at by its type). A built-in type
+    checks with its contract, one of your own with its JSON Schema, read from the database."""
     if not isinstance(job_type, str):
         return {}
     spec = SPECS.get(job_type)
     if spec is None:
-        return {"type": [f"Unknown job type {job_type!r}."]}
+        return types.problems(job_type, payload)
     validate = getattr(spec, "validate", None)
     if validate is None or payload is None:
         return {}
@@ -253,26 +265,29 @@ def quick_new_task(data: Any) -> NewTask | None:
 
 
 def _checked(
-    body: Any, serializer: EnqueueSerializer | None = None
+    body: Any, serializer: EnqueueSerializer | None = None, types: TypeBook | None = None
 ) -> tuple[NewTask | None, dict[str, Any]]:
     """(the task, {}) or (None, {field: [messages]}): the fast path first, then the serializer."""
     quick = quick_new_task(body)
     if quick is not None:
         return quick, {}
+    if serializer is None:
+        serializer = EnqueueSerializer(context={"types": types or TypeBook()})
     try:
         # run_validation, as a list serializer runs each item: a null body is "may not be null".
-        attrs = (serializer or EnqueueSerializer()).run_validation(body)
+        attrs = serializer.run_validation(body)
     except serializers.ValidationError as exc:
         return None, flatten(exc.detail)
     return task_from_attrs(attrs), {}
 
 
-def new_task(body: Any) -> NewTask:
-    """A POST /jobs body (payload as parsed JSON) → NewTask.
+def new_task(body: Any, types: TypeBook | None = None) -> NewTask:
+    """A POST /jobs body (payload as parsed JSON) → NewTask. `types`: the TypeBook shared by
+    the bodies of one call (a workflow's steps), so each job type is read once.
 
     Raises InvalidTaskError naming each bad field ("queue", "payload.url").
     """
-    task, problems = _checked(body)
+    task, problems = _checked(body, types=types)
     if task is None:
         raise InvalidTaskError(problems)
     return task
@@ -292,7 +307,7 @@ def new_tasks(bodies: list[Any], prefix: str) -> list[NewTask]:
         if quick is not None:
             tasks.append(quick)
             continue
-        serializer = serializer or EnqueueSerializer()
+        serializer = serializer or EnqueueSerializer(context={"types": TypeBook()})
         task, item_problems = _checked(body, serializer)
         if task is None:
             # "body" (or "") is the item as a whole, say not an object: named "jobs.3".

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rest_framework import serializers
 
@@ -51,7 +51,13 @@ class QueueName(StrictString):
 
 
 class StrictSerializer(serializers.Serializer):
-    """Parse only; unknown keys are an error: a typo like `max_attempt` must not pass silently."""
+    """Parse only; unknown keys are an error: a typo like `max_attempt` must not pass silently.
+
+    A job type's schema says in `json_schema_rules` ({field: JSON Schema keywords}) what its
+    `validate_<field>` methods check, where JSON Schema can say it (contract.typeschema).
+    """
+
+    json_schema_rules: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):

@@ -100,6 +100,15 @@ REF_RE = re.compile(REF_RULE)
 # How recent a claim request must be for a queue to count as having workers (`no_workers`).
 WORKERS_SEEN_S = 60
 
+# -- job types of your own (PUT /types/{name}) ---------------------------------------------------
+
+TYPE_NAME_RULE = f"[a-z][a-z0-9_.-]{{0,{MAX_TYPE_NAME - 1}}}"
+TYPE_NAME_RE = re.compile(TYPE_NAME_RULE)
+TYPE_NAME_MESSAGE = f"Must match {TYPE_NAME_RULE}."
+MAX_TYPE_DESCRIPTION = 1000  # characters
+# A registered schema nests at most this deep: checking it against the meta-schema recurses.
+MAX_SCHEMA_DEPTH = 64
+
 # -- task ids -----------------------------------------------------------------------------------
 
 # Decimal strings of a bigint key, as the broker gives them out: no sign, no leading zero.
@@ -205,6 +214,15 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
         ("steps", f"1 to {MAX_WORKFLOW_STEPS}"),
         ("workflow name", f"1 to {MAX_WORKFLOW_NAME} characters"),
         ("ref", f"`{REF_RULE}`, unique in the workflow"),
+    ),
+    *_applies(
+        "`PUT /types/{name}`",
+        ("type name", f"`{TYPE_NAME_RULE}`; not a built-in type's"),
+        ("description", f"at most {MAX_TYPE_DESCRIPTION} characters"),
+        (
+            "schema",
+            f"a JSON Schema (draft 2020-12) or null, nesting at most {MAX_SCHEMA_DEPTH} deep",
+        ),
     ),
     *_applies(
         "`POST /schedules`",

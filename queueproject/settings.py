@@ -304,6 +304,8 @@ TASKS = {
 # Dotted paths (fnmatch patterns, "myapp.tasks.*") of @task functions runworker may run.
 # When set, it replaces the TASKS backends' OPTIONS["ALLOWED_TASKS"]; with neither, none.
 BROKER_TASKS_ALLOWED = env.list("BROKER_TASKS_ALLOWED", default=[])
+# Modules whose @handler functions runworker runs (as its --handlers): "mypkg.jobs,other.module".
+BROKER_WORKER_HANDLERS = env.list("BROKER_WORKER_HANDLERS", default=[])
 
 
 # Networks (CIDR) the http_fetch job type may reach although they are loopback, private,

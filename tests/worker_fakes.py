@@ -326,7 +326,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.close:
             self.close_connection = True
 
-    do_GET = do_POST = do_DELETE = _serve  # noqa: N815 - http.server's naming
+    do_GET = do_POST = do_PUT = do_DELETE = _serve  # noqa: N815 - http.server's naming
 
     def log_message(self, fmt: str, *args: Any) -> None:
         """Quiet."""
@@ -387,8 +387,8 @@ class Job:
 
 
 def register(monkeypatch: Any, name: str, job: Any) -> Any:
-    """`job` as the handler of type `name` in the workers' registry, for this test only."""
-    from workers import jobtypes
+    """`job.handler` as the handler of type `name` in the workers' registry, for this test only."""
+    from workers import handlers
 
-    monkeypatch.setitem(jobtypes.REGISTRY, name, job)
+    monkeypatch.setitem(handlers.REGISTRY, name, handlers.Handler(name, job.handler))
     return job

@@ -18,7 +18,7 @@ from contract.backoff import backoff_s
 from contract.limits import OUTAGE_GRACE_MS
 from workers.leaseclock import lease_end
 from workers.settling import BatchVerbs, error_text
-from workers.transport import Response, Transport, TransportError
+from workers.transport import Response, Transport, TransportError, shown_url
 from workers.wire import (
     BODY_REFUSED,
     MAX_ERROR_CHARS,
@@ -113,6 +113,7 @@ class BrokerClient(BatchVerbs):
         Raises ValueError when base_url is not an http(s) URL.
         """
         self.base_url = base_url.rstrip("/")
+        self.shown_url = shown_url(self.base_url)  # for logs: no password
         self._cancelled = threading.Event()
         self._transport = Transport(
             self.base_url,
@@ -175,10 +176,12 @@ class BrokerClient(BatchVerbs):
             if until is not None:
                 left = until - time.monotonic()
                 if left <= 0:
-                    log.warning("broker %s on %s %s; giving up", problem, method, url)
+                    log.warning("broker at %s %s on %s %s; giving up",
+                                self.shown_url, problem, method, url)  # fmt: skip
                     return None
                 pause = min(pause, left)
-            log.warning("broker %s on %s %s; retry in %.1f s", problem, method, url, pause)
+            log.warning("broker at %s %s on %s %s; retry in %.1f s",
+                        self.shown_url, problem, method, url, pause)  # fmt: skip
             if interruptible:
                 self._cancelled.wait(pause)
             else:
@@ -334,6 +337,12 @@ class BrokerClient(BatchVerbs):
         """
         return self._post_or_raise(self._jobs_url, keyed(body))
 
+    def put_type(self, name: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """PUT /types/{name}: register a job type (its schema and description). The status and
+        the decoded JSON answer. Retries like enqueue(); raises BrokerUnavailableError when the
+        broker stays away."""
+        return self._send_or_raise("PUT", f"/types/{quote(name, safe='')}", body)
+
     def stats(self) -> dict[str, Any]:
         """GET /stats. Raises BrokerUnavailableError or BrokerError on failure."""
         response = self._send("GET", "/stats", until=time.monotonic() + self._give_up_s)
@@ -362,7 +371,10 @@ class BrokerClient(BatchVerbs):
         return self._post_or_raise("/workflows", {"name": name, "steps": list(steps)})
 
     def _post_or_raise(self, url: str, body: Any) -> tuple[int, Any]:
-        response = self._send("POST", url, until=time.monotonic() + self._give_up_s, body=body)
+        return self._send_or_raise("POST", url, body)
+
+    def _send_or_raise(self, method: str, url: str, body: Any) -> tuple[int, Any]:
+        response = self._send(method, url, until=time.monotonic() + self._give_up_s, body=body)
         if response is None:
             raise BrokerUnavailableError(0, f"broker at {self.base_url} unreachable or failing")
         try:

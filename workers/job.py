@@ -42,6 +42,8 @@ class Job(Mapping[str, Any]):
       their states and results, delivered with it;
     - `job.checkpoint`: where to resume from: the last checkpoint saved, by this run or (as
       delivered) by an earlier attempt; None on a first delivery;
+    - `job.event`: the event that released the task ({"id", "name", "key", "data", "at"}, as
+      delivered), None when none did;
     - `job.progress(fraction, message)`: how far it got (each call replaces the last);
     - `job.save_checkpoint(value)`: any JSON (at most 64 KiB) a later attempt resumes from;
     - `job.flush()`: send what is waiting now rather than with the next beat.
@@ -109,6 +111,12 @@ class Job(Mapping[str, Any]):
         """The results of the tasks it waited for, in `after` order: a fan-in step's inputs."""
         parents = self.parents
         return [parents.get(pk, {}).get("result") for pk in self.after]
+
+    @property
+    def event(self) -> dict[str, Any] | None:
+        """The event that released the task, as the delivery carries it; None when none did."""
+        event: dict[str, Any] | None = self._task.get("event")
+        return event
 
     @property
     def checkpoint(self) -> Any:

@@ -121,8 +121,9 @@ class Prefetcher:
                 outcome = self._run(delivery)
             except Exception as exc:  # a bug of ours: the task still ends in a nack
                 log.exception("running task %s failed", delivery["task"]["id"])
+                task = delivery["task"]
                 outcome = Outcome(
-                    delivery["task"]["id"], delivery["lease_id"], None, repr(exc), started
+                    task["id"], delivery["lease_id"], None, repr(exc), started, task.get("type")
                 )
             now = time.monotonic()
             with self._lock:

@@ -14,7 +14,15 @@ from workers import handlers
 from workers.client import backoff_s
 from workers.heartbeat import DEFAULT_REPORT_S, Heartbeat
 from workers.job import Job, running
-from workers.outcomes import Outcome, checked, log_outcome, refused_result, report, split
+from workers.outcomes import (
+    Outcome,
+    checked,
+    failure_text,
+    log_outcome,
+    refused_result,
+    report,
+    split,
+)
 from workers.prefetch import Prefetcher
 from workers.wire import (
     DEFAULT_MAX_BODY_BYTES,
@@ -27,7 +35,8 @@ from workers.wire import (
 
 log = logging.getLogger(__name__)
 
-Resolver = Callable[[Mapping[str, Any]], handlers.Handler]
+# The task's handler (workers.handlers.Dispatch); raises to nack it with that error.
+Resolver = Callable[[Mapping[str, Any]], handlers.Run]
 
 
 class Runner:
@@ -47,7 +56,7 @@ class Runner:
         self,
         client: Broker,
         *,
-        resolve: Resolver = handlers.resolve,
+        resolve: Resolver | None = None,
         concurrency: int = 3,
         wait_ms: int = 20000,
         lease_ms: int = 30000,
@@ -60,8 +69,10 @@ class Runner:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         report_s: float = DEFAULT_REPORT_S,
     ) -> None:
-        """heartbeat_s defaults to half the lease; error_backoff_s is the first pause after a
-        failed claim (doubling, capped at 30 s), so a misconfigured worker never spins.
+        """resolve: each task's handler (default: workers.handlers.Dispatch(), untyped tasks
+        to ./jobs.log). heartbeat_s defaults to half the lease; error_backoff_s is the first
+        pause after a failed claim (doubling, capped at 30 s), so a misconfigured worker never
+        spins.
         prefetch_ahead_s: at most this much work waits its turn in prefetch mode (workers.prefetch).
         lease_ms over the broker's cap is lowered to it (the broker would grant no more).
         max_body_bytes: the broker's body limit; a larger result is nacked, not sent.
@@ -74,7 +85,7 @@ class Runner:
             log.warning("lease of %d ms lowered to the broker's cap, %d ms", lease_ms, MAX_LEASE_MS)
             lease_ms = MAX_LEASE_MS
         self._client = client
-        self._resolve = resolve
+        self._resolve = resolve or handlers.Dispatch()
         self._concurrency = concurrency
         self._wait_ms = wait_ms
         self._lease_ms = lease_ms
@@ -245,12 +256,12 @@ class Runner:
                 result = self._resolve(job)(job)
         # SystemExit too: a handler calling sys.exit() must not end the worker thread.
         except (Exception, SystemExit) as exc:
-            result, error = None, str(exc) or type(exc).__name__
+            result, error = None, failure_text(exc)
         else:
             result, error = checked(result, self._max_body_bytes)
         finally:
             self._heartbeat.finish(job.id, job.lease_id)
-        return Outcome(job.id, job.lease_id, result, error, started)
+        return Outcome(job.id, job.lease_id, result, error, started, job.get("type"))
 
 
 class Settler:

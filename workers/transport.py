@@ -31,7 +31,23 @@ _TRANSIENT = (Urllib3Error, OSError, http.client.HTTPException)
 
 
 class TransportError(Exception):
-    """The broker could not be reached, or the exchange broke off before a whole answer."""
+    """The broker could not be reached, or the exchange broke off before a whole answer; the
+    message names the error underneath (`ConnectionRefusedError: [Errno 111] Connection
+    refused`)."""
+
+
+def describe(exc: BaseException) -> str:
+    """The innermost cause of a transport error as `Type: message`: what the operating system
+    said, not the wrapper urllib3 put around it."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None or id(inner) in seen:
+            break
+        seen.add(id(inner))
+        exc = inner
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Response:
@@ -170,6 +186,15 @@ def broker_url(base_url: str) -> Url:
     return url
 
 
+def shown_url(base_url: str) -> str:
+    """base_url as logs may show it: without a user name or password, if it carries one."""
+    try:
+        url = parse_url(base_url)
+    except LocationParseError:
+        return base_url
+    return url._replace(auth=None).url if url.auth else base_url
+
+
 class Transport:
     """Requests to one broker, each thread on its own connection: no lock on the hot path.
 
@@ -243,7 +268,7 @@ class Transport:
                 answer.status, answer.data, answer.reason or "", sent_at, time.monotonic()
             )
         except _TRANSIENT as exc:
-            raise TransportError(type(exc).__name__) from exc
+            raise TransportError(describe(exc)) from exc
         finally:
             if interruptible:
                 lane.cutter.disarm()

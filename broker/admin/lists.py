@@ -165,16 +165,19 @@ class KeyFilter(admin.SimpleListFilter):
 
 
 class TypeFilter(admin.SimpleListFilter):
-    """Job types come from the contract's registry (the API accepts no other), not the table."""
+    """Job types: the built-in ones (the contract's registry) and those of your own (JobType
+    rows); the API accepts no other, so the task table is not scanned for them."""
 
     title = "type"
     parameter_name = "type"
     UNTYPED = "-"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        from broker.models import JobType
         from contract.jobtypes import SPECS
 
-        return [(self.UNTYPED, "(no type)"), *((name, name) for name in sorted(SPECS))]
+        names = set(SPECS) | set(JobType.objects.values_list("name", flat=True))
+        return [(self.UNTYPED, "(no type)"), *((name, name) for name in sorted(names))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == self.UNTYPED:

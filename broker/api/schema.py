@@ -41,10 +41,17 @@ from broker.api.schema_operations import (
 )
 from broker.exceptions import DatabaseUnavailable
 from broker.history import schema as history
+from broker.types import schema as types
 from broker.workflows import schema as workflows
 
 # Each room of the API states its own operations and shapes (broker/workflows, ...).
-OPERATIONS = {**OPERATIONS, **operate.OPERATIONS, **history.OPERATIONS, **workflows.OPERATIONS}
+OPERATIONS = {
+    **OPERATIONS,
+    **operate.OPERATIONS,
+    **history.OPERATIONS,
+    **workflows.OPERATIONS,
+    **types.OPERATIONS,
+}
 # Interleaved, not appended: the document's components keep the order they were published in.
 COMPONENTS = {
     **TASK_COMPONENTS,
@@ -53,6 +60,7 @@ COMPONENTS = {
     **history.COMPONENTS,
     **BATCH_COMPONENTS,
     **workflows.COMPONENTS,
+    **types.COMPONENTS,
 }
 
 

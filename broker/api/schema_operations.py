@@ -19,7 +19,8 @@ from contract.limits import (
 
 OPEN_OPERATIONS = {"health"}
 TAG_ORDER = (
-    "jobs", "batch", "workflows", "dead-letter queue", "queues", "schedules", "observability",
+    "jobs", "batch", "workflows", "dead-letter queue", "queues", "schedules", "types",
+    "observability",
 )  # fmt: skip
 
 

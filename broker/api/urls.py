@@ -4,6 +4,7 @@ from django.urls import path
 
 from broker.api import batch, operate, views
 from broker.history.views import HistoryView
+from broker.types import views as types
 from broker.workflows import views as workflows
 
 urlpatterns = [
@@ -29,4 +30,6 @@ urlpatterns = [
     path("schedules/<str:name>", operate.ScheduleView.as_view()),
     path("workflows", workflows.WorkflowsView.as_view()),
     path("workflows/<str:workflow_id>", workflows.WorkflowView.as_view()),
+    path("types", types.TypesView.as_view()),
+    path("types/<str:name>", types.TypeView.as_view()),
 ]

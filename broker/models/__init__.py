@@ -1,5 +1,5 @@
-"""The broker's models, by what they hold: tasks, counters, settings, history. Django and the
-rest of the code import them from here."""
+"""The broker's models, by what they hold: tasks, counters, settings, history, job types.
+Django and the rest of the code import them from here."""
 
 from broker.models.counters import (
     COUNTER_COLUMNS,
@@ -31,11 +31,13 @@ from broker.models.settings import (
     SqsQueue,
 )
 from broker.models.tasks import DeadTask, Dependency, Task, TaskError, TaskQuerySet, Workflow
+from broker.models.types import JobType
 
 __all__ = [
     "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
     "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "ClaimScope",
     "CounterDelta", "DeadTask", "Dependency", "HistoryClock", "HistoryMark", "HistoryPoint",
-    "KeyState", "Queue", "QueueCounter", "QueueName", "ReclaimHold", "Schedule", "SqsDedup",
+    "JobType", "KeyState", "Queue", "QueueCounter", "QueueName", "ReclaimHold", "Schedule",
+    "SqsDedup",
     "SqsMessage", "SqsQueue", "Task", "TaskError", "TaskQuerySet", "Workflow",
 ]  # fmt: skip

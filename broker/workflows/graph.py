@@ -10,6 +10,7 @@ from typing import Any
 from broker import queue, validation
 from broker.exceptions import InvalidFields, InvalidTaskError
 from broker.queue import NewTask
+from broker.types.checks import TypeBook
 from contract import limits
 
 FIELDS = frozenset({"name", "steps"})
@@ -132,9 +133,10 @@ def _after(raw: Any, at: str, found: dict[str, list[str]]) -> tuple[str, ...]:
 def _jobs(jobs: list[tuple[int, Any]], found: dict[str, list[str]]) -> dict[int, NewTask]:
     """Each step's job as POST /jobs checks it (the fast path first), by step index."""
     tasks: dict[int, NewTask] = {}
+    types = TypeBook()  # each job type read once for the whole graph
     for i, job in jobs:
         try:
-            tasks[i] = validation.new_task(job)
+            tasks[i] = validation.new_task(job, types)
         except InvalidTaskError as exc:
             for name, messages in exc.fields.items():
                 whole = name in ("", "body")

@@ -68,6 +68,12 @@ class JobSpec:
         """The broker's check at enqueue: {field: [messages]}, or None when the payload is fine."""
         return self.parse(payload)[1] or None
 
+    def json_schema(self) -> dict[str, Any]:
+        """The payload's JSON Schema (draft 2020-12), made from `schema` (contract.typeschema)."""
+        from contract.typeschema import payload_schema
+
+        return payload_schema(self.schema)
+
     def check(self, payload: Any) -> dict[str, Any]:
         """The validated payload with defaults; raises InvalidPayloadError on a bad one."""
         data, problems = self.parse(payload)

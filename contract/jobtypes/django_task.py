@@ -12,6 +12,8 @@ from contract.jobtypes import JobSpec
 
 
 class _AnyList(serializers.Field):
+    json_schema = {"type": "array"}
+
     def to_internal_value(self, data: Any) -> list[Any]:
         if not isinstance(data, list):
             raise serializers.ValidationError("Must be a JSON array.")
@@ -19,6 +21,8 @@ class _AnyList(serializers.Field):
 
 
 class _AnyObject(serializers.Field):
+    json_schema = {"type": "object"}
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise serializers.ValidationError("Must be a JSON object.")
@@ -31,6 +35,10 @@ class DjangoTaskPayload(PayloadSchema):
     kwargs = _AnyObject(default=dict)
     priority = StrictInteger(min_value=-100, max_value=100, default=0)
     run_after = StrictString(allow_null=True, default=None)
+    # validate_path's rule: Python names (ASCII), two or more, joined by dots.
+    json_schema_rules = {
+        "path": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"}
+    }
 
     def validate_path(self, value: str) -> str:
         parts = value.split(".")

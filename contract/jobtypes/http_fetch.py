@@ -21,6 +21,14 @@ class FetchPayload(PayloadSchema):
         min_value=0.001, max_value=MAX_TIMEOUT_SECONDS, default=MAX_TIMEOUT_SECONDS
     )
 
+    # The scheme and a host, no space or control character; addresses are judged by validate_url.
+    json_schema_rules = {
+        "url": {
+            "format": "uri",
+            "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\s\u0000-\u001f]+[^\s\u0000-\u001f]*$",
+        }
+    }
+
     def validate_url(self, value: str) -> str:
         try:
             parts = urlsplit(value)

@@ -14,6 +14,7 @@ class ResizePayload(PayloadSchema):
     width = StrictInteger(min_value=1, max_value=MAX_SIDE)
     height = StrictInteger(min_value=1, max_value=MAX_SIDE)
     scale = StrictNumber(max_value=1, default=0.5)
+    json_schema_rules = {"scale": {"exclusiveMinimum": 0}}
 
     def validate_scale(self, value: float) -> float:
         if value <= 0:

@@ -12,6 +12,7 @@ class EmailPayload(PayloadSchema):
     to = serializers.EmailField(max_length=254)
     subject = StrictString(max_length=998, default="", allow_blank=True, trim_whitespace=False)
     body = StrictString(max_length=100_000, default="", allow_blank=True, trim_whitespace=False)
+    json_schema_rules = {"to": {"pattern": r"^[^@\s]+@[^@\s]+$"}}
 
 
 SPEC = JobSpec(

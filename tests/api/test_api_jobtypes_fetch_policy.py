@@ -6,7 +6,6 @@ the addresses it resolves to, on the first request and on every redirect.
 
 from __future__ import annotations
 
-import functools
 import socket
 import ssl
 import subprocess
@@ -26,7 +25,8 @@ from broker.models import Task
 from tests.api.test_api_jobtypes_worker import InProcessBroker
 from tests.conftest import post
 from workers import handlers
-from workers.jobtypes import REGISTRY, _fetch
+from workers.handlers import REGISTRY
+from workers.jobtypes import _fetch
 from workers.runner import Runner
 
 pytestmark = pytest.mark.django_db
@@ -91,7 +91,7 @@ def run_task(api_client: APIClient, tmp_path: Path) -> Iterator[Callable[[], str
     """run_task() → "acked" or "nacked": a real worker runner takes one task over the API."""
     runner = Runner(
         InProcessBroker(api_client),
-        resolve=functools.partial(handlers.resolve, log_file=str(tmp_path / "jobs.log")),
+        resolve=handlers.Dispatch(str(tmp_path / "jobs.log")),
         concurrency=1,
     )
 
@@ -215,7 +215,7 @@ def test_worker__redirect_from_an_allowed_server_to_a_refused_address__fails_not
 def outcome(payload: dict[str, Any]) -> str:
     """What running http_fetch came to: its result, or its error as the nack would carry it."""
     try:
-        return repr(REGISTRY["http_fetch"].handler(payload))
+        return repr(REGISTRY["http_fetch"].run(payload))
     except Exception as exc:  # any failure is an outcome to compare
         return f"{type(exc).__name__}: {exc}"
 
@@ -266,7 +266,7 @@ def test_worker__connects_to_the_address_it_checked__no_second_lookup(
 
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
     with serving("127.0.0.1") as checked, serving("127.0.0.2", checked.port) as internal:
-        result = REGISTRY["http_fetch"].handler({"url": f"http://rebind.test:{checked.port}/"})
+        result = REGISTRY["http_fetch"].run({"url": f"http://rebind.test:{checked.port}/"})
 
     assert result == {"response_status": 200}
     assert lookups == ["rebind.test"]
@@ -351,7 +351,7 @@ def tls_server(
 def test_https__name_on_the_certificate__fetched(tls_server: Server) -> None:
     payload = {"url": f"https://localhost:{tls_server.port}/tls", "timeout_seconds": 5}
 
-    assert REGISTRY["http_fetch"].handler(payload) == {"response_status": 200}
+    assert REGISTRY["http_fetch"].run(payload) == {"response_status": 200}
     assert tls_server.hits == ["/tls"]
 
 

@@ -3,7 +3,6 @@ and the broker keeps what came of it (result, or the error)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import zlib
@@ -58,7 +57,7 @@ class InProcessBroker:
 def runner(api_client: APIClient, log_file: Path) -> Iterator[Runner]:
     r = Runner(
         InProcessBroker(api_client),
-        resolve=functools.partial(handlers.resolve, log_file=str(log_file)),
+        resolve=handlers.Dispatch(str(log_file)),
         concurrency=1,
     )
     yield r
@@ -168,4 +167,4 @@ def test_worker__typed_payload_that_skipped_validation__nacked_naming_the_field(
 def test_worker__type_unknown_to_this_worker__nacked(runner, task) -> None:
     pk, _ = queue.enqueue(NewTask(payload="{}", type="retired_type", max_attempts=1))
     assert run_one(runner) == "nacked"
-    assert task(str(pk))["last_error"] == "unknown job type: retired_type"
+    assert task(str(pk))["last_error"] == "no handler for job type 'retired_type' on this worker"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,62 @@ def test_installed__serve_runs_the_api_pages_and_a_worker(
     assert (status, task["state"]) == (200, "done")
     swept = _run(installed, workdir, "runsweeper", "--once")
     assert swept.returncode == 0, swept.stderr
+
+
+def test_installed__runworker_runs_a_handler_module_of_yours(
+    installed: Path, workdir: Path, served: str
+) -> None:
+    # The guide's module, beside nothing of the checkout: found in the working directory.
+    shutil.copy(ROOT / "examples" / "handlers" / "images.py", workdir / "images.py")
+    worker = Proc(
+        [str(installed / "queue-broker"), "runworker", "--handlers", "images",
+         "--broker", served, "--wait-ms", "200"],
+        _env(),
+        workdir / "worker.log",
+        cwd=workdir,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: http("GET", f"{served}/types/resize_image")[0] == 200, 60, 0.1,
+                   f"resize_image registered:\n{worker.output()}")  # fmt: skip
+        body = {"type": "resize_image", "payload": {"path": "cat.png", "width": 400}}
+        status, created = http("POST", f"{served}/jobs", body)
+        assert status == 201, created
+
+        def finished() -> dict | None:
+            task = http("GET", f"{served}/jobs/{created['id']}")[1]
+            return task if task["state"] in ("done", "dead") else None
+
+        task = wait_until(finished, 60, 0.1, "the task to finish")
+        # The guide's Python snippet, run by the installed interpreter.
+        snippet = _guide_blocks("python")[1].replace("http://127.0.0.1:8080", served)
+        enqueued = subprocess.run(
+            [str(installed / "python"), "-c", snippet],
+            cwd=workdir, env=_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert enqueued.returncode == 0, enqueued.stderr
+        status, second_id = enqueued.stdout.split()
+        assert status == "201"
+        created = {"id": second_id}
+        second = wait_until(finished, 60, 0.1, "the snippet's task to finish")
+    finally:
+        worker.stop()
+    assert (task["state"], task["result"]) == (
+        "done", {"path": "cat-400.png", "width": 400, "height": 300},
+    )  # fmt: skip
+    assert (second["state"], second["result"]["path"]) == ("done", "dog-800.jpg")
+    assert "handlers resize_image (images) and 9 built-in types" in worker.output()
+
+
+def _guide_blocks(language: str) -> list[str]:
+    """The code blocks of docs/your-code.md in `language`, in order."""
+    text = (ROOT / "docs" / "your-code.md").read_text()
+    return re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+
+
+def test_guide__its_handler_module_is_the_examples_one() -> None:
+    example = (ROOT / "examples" / "handlers" / "images.py").read_text()
+    module = _guide_blocks("python")[0]
+    assert example.endswith(module), "docs/your-code.md's module differs from examples/handlers"
 
 
 def _get(url: str, accept: str = "*/*") -> tuple[int, bytes]:

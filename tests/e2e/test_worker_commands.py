@@ -34,16 +34,17 @@ CHILD = (
 
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Spawn]:
-    """spawn(*args, **env) starts runworker; its stderr goes to tmp_path/worker.err."""
+    """spawn(*args, cwd=ROOT, **env) starts runworker; its stderr goes to tmp_path/worker.err."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str, **env: str) -> subprocess.Popen[bytes]:
+    def start(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.Popen[bytes]:
         child_env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+        child_env["PYTHONPATH"] = str(ROOT)  # the command's code; the cwd may be elsewhere
         child_env.update(env)
         with open(tmp_path / "worker.err", "ab") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-c", CHILD, *args],
-                cwd=ROOT,
+                cwd=cwd,
                 env=child_env,
                 stdout=err,
                 stderr=err,
@@ -234,3 +235,116 @@ def test_runworker__sigterm_with_tasks_prefetched__runs_settles_all_exits_0(
     assert [d["task"]["id"] for d in api.pending] == ["t3", "t4"]
     assert len(api.claim_bodies) == claims  # no claim after SIGTERM
     assert "task t2 acked" in stderr_of(tmp_path)
+
+
+# -- handlers of your own ---------------------------------------------------------------------
+
+SHOP_JOBS = '''
+from workers import handler
+
+
+@handler("resize_image", schema={"type": "object", "required": ["width"]})
+def resize(payload):
+    """Resize one image."""
+    return {"width": payload["width"] // 2}
+'''
+
+
+def _module(tmp_path: Path, name: str, source: str) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(source)
+    return folder
+
+
+def test_runworker__handlers__types_registered_then_their_tasks_run(
+    http_broker: FakeServer, spawn: Spawn, tmp_path: Path
+) -> None:
+    folder = _module(tmp_path, "shop_jobs", SHOP_JOBS)
+    http_broker.default("PUT", "/types/resize_image", Reply(201, {"name": "resize_image"}))
+    api = ApiFake(http_broker)
+    api.add("t1", {"width": 8}, type_="resize_image")
+    proc = spawn("--broker", http_broker.url, "--handlers", "shop_jobs", cwd=folder)
+
+    assert wait_until(lambda: api.acked == {"t1": {"width": 4}}, 20), stderr_of(tmp_path)
+    (put,) = http_broker.requests_to("PUT", "/types/resize_image")
+    assert put.body == {
+        "schema": {"type": "object", "required": ["width"]},
+        "description": "Resize one image.",
+    }
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    shown = stderr_of(tmp_path)
+    assert "job type resize_image registered" in shown
+    assert "handlers resize_image (shop_jobs) and 9 built-in types" in shown
+
+
+def test_runworker__handlers_from_the_environment__as_the_flag(
+    http_broker: FakeServer, spawn: Spawn, tmp_path: Path
+) -> None:
+    folder = _module(tmp_path, "shop_jobs", SHOP_JOBS)
+    api = ApiFake(http_broker)
+    api.add("t1", {"width": 8}, type_="resize_image")
+    spawn("--broker", http_broker.url, "--no-register", cwd=folder,
+          BROKER_WORKER_HANDLERS="shop_jobs")  # fmt: skip
+
+    assert wait_until(lambda: api.acked == {"t1": {"width": 4}}, 20), stderr_of(tmp_path)
+    assert http_broker.requests_to("PUT", "/types/resize_image") == []  # --no-register
+
+
+def test_runworker__registration_refused__logged_and_the_worker_goes_on(
+    http_broker: FakeServer, spawn: Spawn, tmp_path: Path
+) -> None:
+    folder = _module(tmp_path, "shop_jobs", SHOP_JOBS)
+    refusal = {"error": "This token may not manage job types."}
+    http_broker.default("PUT", "/types/resize_image", Reply(403, refusal))
+    api = ApiFake(http_broker)
+    api.add("t1", {"width": 8}, type_="resize_image")
+    spawn("--broker", http_broker.url, "--handlers", "shop_jobs", cwd=folder)
+
+    assert wait_until(lambda: api.acked == {"t1": {"width": 4}}, 20), stderr_of(tmp_path)
+    assert (
+        "job type resize_image not registered: the broker answered 403 (This token may not "
+        "manage job types.); going on" in stderr_of(tmp_path)
+    )
+
+
+@pytest.mark.parametrize(
+    ("files", "handlers", "message"),
+    [
+        ({}, "not_here", "handler module not_here failed to import: ModuleNotFoundError: No "
+                         "module named 'not_here' (looked for in "),
+        ({"bad_jobs": "import numpyy\n"}, "bad_jobs",
+         "handler module bad_jobs failed to import: ModuleNotFoundError: No module named "
+         "'numpyy'"),
+        ({"one": SHOP_JOBS, "two": SHOP_JOBS.replace("def resize", "def resize_again")},
+         "one,two", "handler module two: two handlers for job type 'resize_image': "
+                    "one.resize and two.resize_again"),
+        ({"mine": "from workers import handler\n@handler('sleep_job')\ndef f(payload): pass\n"},
+         "mine", "handler module mine: mine.f: 'sleep_job' is a built-in job type's name"),
+    ],
+)  # fmt: skip
+def test_runworker__handlers_that_cannot_be_used__exit_1_naming_the_cause(
+    http_broker: FakeServer,
+    spawn: Spawn,
+    tmp_path: Path,
+    files: dict[str, str],
+    handlers: str,
+    message: str,
+) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for name, source in files.items():
+        _module(tmp_path, name, source)
+    proc = spawn("--broker", http_broker.url, "--handlers", handlers, cwd=folder)
+
+    assert proc.wait(20) == 1
+    assert f"CommandError: {message}" in stderr_of(tmp_path)
+    assert http_broker.seen == []  # stopped before any claim or registration
+
+
+def test_runworker__handlers_not_module_names__usage_error(spawn: Spawn, tmp_path: Path) -> None:
+    proc = spawn("--handlers", "shop-jobs")
+
+    assert proc.wait(20) == 2
+    assert "argument --handlers: not a module name: 'shop-jobs'" in stderr_of(tmp_path)

@@ -47,6 +47,10 @@ CONTRACT: dict[tuple[str, str], set[str]] = {
     ("get", "/workflows"): {"200", "400"},
     ("get", "/workflows/{workflow_id}"): {"200", "404"},
     ("delete", "/workflows/{workflow_id}"): {"204", "404", "409"},
+    ("get", "/types"): {"200"},
+    ("get", "/types/{name}"): {"200", "404"},
+    ("put", "/types/{name}"): {"201", "200", "400", "409"},
+    ("delete", "/types/{name}"): {"204", "404", "409"},
 }
 
 

@@ -18,6 +18,6 @@ from workers.runner import Runner
 def make_runner(fake_broker: FakeBroker, log_file: Path) -> Iterator[Callable[..., Runner]]:
     """make_runner(**Runner kwargs) → a Runner on fake_broker writing to log_file, wait_ms 0 unless
     given; each is closed at teardown."""
-    resolve = functools.partial(handlers.resolve, log_file=str(log_file))
+    resolve = handlers.Dispatch(str(log_file))
     build = functools.partial(Runner, fake_broker)
     yield from factory(build, {"resolve": resolve, "wait_ms": 0}, Runner.close)

@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from workers.jobtypes import REGISTRY, InvalidPayloadError
+from contract.jobtypes import InvalidPayloadError
+from workers.handlers import REGISTRY
 from workers.jobtypes.fail_job import JobFailedError
 
 
 def run(name: str, payload: dict) -> object:
-    return REGISTRY[name].handler(payload)
+    return REGISTRY[name].run(payload)
 
 
 # -- sleep_job ----------------------------------------------------------------------------------
@@ -44,7 +45,7 @@ def test_batch_import__first_attempt__all_rows_checkpoints_and_progress() -> Non
     from workers.job import Job
 
     job = Job.bare({"rows": 25, "row_ms": 0, "checkpoint_every": 10})
-    result = REGISTRY["batch_import"].handler(job.payload, job)
+    result = REGISTRY["batch_import"].run(job.payload, job)
     assert result == {"rows": 25, "resumed_at_row": 0, "attempt": 1}
     assert job.checkpoint == {"next_row": 25}
     assert job.last_report == {
@@ -58,7 +59,7 @@ def test_batch_import__delivered_with_a_checkpoint__resumes_there(monkeypatch) -
     slept: list[float] = []
     monkeypatch.setattr("workers.jobtypes.batch_import.time.sleep", slept.append)
     job = Job.bare({"rows": 100, "row_ms": 5}, checkpoint={"next_row": 90})
-    result = REGISTRY["batch_import"].handler(job.payload, job)
+    result = REGISTRY["batch_import"].run(job.payload, job)
     assert result["resumed_at_row"] == 90
     assert slept == [0.005] * 10  # only the ten rows left
 
@@ -267,4 +268,4 @@ def test_fail_job__always_raises() -> None:
 )
 def test_handler__payload_not_an_object__invalid_payload_error(name: str) -> None:
     with pytest.raises(InvalidPayloadError, match=f"payload: The {name} payload must be"):
-        REGISTRY[name].handler(["not", "an", "object"])
+        REGISTRY[name].run(["not", "an", "object"])

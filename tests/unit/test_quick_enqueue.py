@@ -47,6 +47,7 @@ def test_quick_new_task__agrees_with_the_serializer(body) -> None:
     assert task_from_attrs(serializer.validated_data) == quick
 
 
+@pytest.mark.django_db  # "nope" is looked up among the job types of your own
 @settings(max_examples=300, deadline=None)
 @given(bodies)
 def test_new_task__takes_what_the_serializer_takes_refuses_what_it_refuses(body) -> None:

@@ -87,7 +87,7 @@ def test_batch_runner__failures_and_bad_results__one_nack_batch(
     assert [t for t, _, _ in fake_broker.acks] == ["t1"]
     assert fake_broker.nack_batches == [["t2", "t3"]]
     (_, lease, error), (_, _, bad) = fake_broker.nacks
-    assert (lease, error) == ("lease-t2", "boom")
+    assert (lease, error.partition("\n")[0]) == ("lease-t2", "ValueError: boom")
     assert bad.startswith("handler result is not JSON")
 
 

@@ -373,6 +373,29 @@ def test_client__broker_down_then_up__claim_retries_until_reachable(
         server.server_close()
 
 
+def test_client__broker_unreachable__retry_warning_names_url_and_error(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, _fake = start_server(bind_only=True)  # bound, not listening: connection refused
+    port = server.server_address[1]
+    client = make_client(f"http://user:secret@127.0.0.1:{port}")
+    out: dict[str, Any] = {}
+    try:
+        with caplog.at_level("WARNING", logger="workers.client"):
+            thread = claim_in_thread(client, out, wait_ms=0)
+            assert wait_until(lambda: caplog.records, 5)
+            client.cancel_claims()
+            thread.join(5)
+    finally:
+        server.server_close()
+    message = caplog.records[0].getMessage()
+    assert message.startswith(
+        f"broker at http://127.0.0.1:{port} unreachable (ConnectionRefusedError: [Errno 111] "
+        "Connection refused) on GET /jobs/next?wait_ms=0&lease_ms=30000; retry in "
+    )
+    assert "secret" not in message  # a password in the URL is not logged
+
+
 def test_client__cancel_claims__parked_claim_returns_at_once(
     http_broker: FakeServer, make_client: MakeClient
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from workers import handlers, jobtypes
+from workers import handlers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,48 +98,51 @@ def test_log_file__fail_true__raises_and_writes_nothing(tmp_path: Path) -> None:
     assert not path.exists()
 
 
-def test_resolve__type_none__log_file_handler_on_given_path(tmp_path: Path) -> None:
+def test_dispatch__type_none__log_file_handler_on_given_path(tmp_path: Path) -> None:
     path = tmp_path / "out.log"
 
-    handler = handlers.resolve(task("t1", 1), log_file=str(path))
+    handler = handlers.Dispatch(str(path))(task("t1", 1))
     handler(task("t1", 1))
 
     assert path.read_text() == '{"id": "t1", "payload": 1}\n'
 
 
-def test_resolve__unknown_type__raises_with_message() -> None:
-    with pytest.raises(handlers.UnknownJobTypeError, match=r"^unknown job type: nope$"):
-        handlers.resolve(task("t1", {}, "nope"))
+@pytest.mark.parametrize(
+    ("job_type", "message"),
+    [
+        ("nope", "no handler for job type 'nope' on this worker"),
+        (["a"], "no handler for job type ['a'] on this worker"),  # not even a string
+    ],
+)
+def test_dispatch__type_without_handler__raises_naming_the_type(job_type, message) -> None:
+    with pytest.raises(handlers.UnknownJobTypeError) as caught:
+        handlers.Dispatch()(task("t1", {}, job_type))
+    assert str(caught.value) == message
 
 
-def test_resolve__registered_type__calls_its_handler_with_payload(
+def test_dispatch__registered_type__its_handler_with_the_payload(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: list[Any] = []
 
-    class Echo:
-        def handler(self, payload: Any) -> Any:
-            seen.append(payload)
-            return "ok"
+    def echo(payload: Any) -> Any:
+        seen.append(payload)
+        return "ok"
 
-    monkeypatch.setitem(jobtypes.REGISTRY, "echo", Echo())
+    monkeypatch.setitem(handlers.REGISTRY, "echo", handlers.Handler("echo", echo))
 
-    assert handlers.resolve(task("t1", {"a": 1}, "echo"))(task("t1", {"a": 1}, "echo")) == "ok"
+    found = handlers.Dispatch()(task("t1", {"a": 1}, "echo"))
+    assert found is handlers.REGISTRY["echo"]
+    assert found(task("t1", {"a": 1}, "echo")) == "ok"
     assert seen == [{"a": 1}]
 
 
-def test_jobtypes__register__adds_and_refuses_a_second_owner(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(jobtypes, "REGISTRY", {})
-
-    class Job:
-        def handler(self, payload: Any) -> Any:
-            return None
-
-    first = Job()
-    assert jobtypes.register("job", first) is first
-    assert jobtypes.register("job", first) is first  # same object again: harmless
-    with pytest.raises(ValueError, match="already registered"):
-        jobtypes.register("job", Job())
-    assert jobtypes.REGISTRY == {"job": first}
+def test_dispatch__builtin_type__found_without_loading_anything_first() -> None:
+    code = (
+        "from workers.handlers import Dispatch\n"
+        "h = Dispatch()({'id': 't', 'type': 'sleep_job', 'payload': {}})\n"
+        "print(h.name, h.builtin, h.where)"
+    )
+    shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60, check=True)  # fmt: skip
+    assert shown.stdout.split() == ["sleep_job", "True", "workers.jobtypes.sleep_job.run"]

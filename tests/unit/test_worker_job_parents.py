@@ -1,4 +1,5 @@
-"""A handler's job: what it waited for, delivered with it (API.md "Dependencies")."""
+"""A handler's job: what it waited for and the event that released it, delivered with it
+(API.md "Dependencies", "Waiting for events")."""
 
 from __future__ import annotations
 
@@ -27,3 +28,10 @@ def test_job__after_and_parents__as_delivered_results_in_after_order() -> None:
 def test_job__waited_for_nothing__empty() -> None:
     job = _job({"id": "1", "payload": {}, "attempts": 1})
     assert (job.after, job.parents, job.parent_results) == ([], {}, [])
+
+
+def test_job__event__the_deliverys_or_none() -> None:
+    event = {"id": "5", "name": "approval", "key": "order-7", "data": {"ok": True}, "at": "t"}
+    assert _job({"id": "1", "payload": {}, "attempts": 1, "event": event}).event == event
+    assert _job({"id": "1", "payload": {}, "attempts": 1, "event": None}).event is None
+    assert _job({"id": "1", "payload": {}, "attempts": 1}).event is None  # a broker without events

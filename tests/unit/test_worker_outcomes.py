@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import io
 import logging
 import math
@@ -16,8 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from tests.api_fake import ApiFake
-from tests.worker_fakes import FakeBroker, FakeServer, wait_until
-from workers import handlers, jobtypes
+from tests.worker_fakes import FakeBroker, FakeServer, register, wait_until
+from workers import handlers
 from workers.client import BrokerClient
 from workers.management.commands import runworker
 from workers.runner import Runner
@@ -63,7 +62,7 @@ def run_all(runner: Runner, mode: str, api: ApiFake, n: int) -> None:
 def make_runner(client: BrokerClient, mode: str, tmp_path: Path, **kwargs: Any) -> Runner:
     runner = Runner(
         client,
-        resolve=functools.partial(handlers.resolve, log_file=str(tmp_path / "jobs.log")),
+        resolve=handlers.Dispatch(str(tmp_path / "jobs.log")),
         concurrency=1 if mode != "prefetch" else 2,
         wait_ms=0 if mode != "prefetch" else 20000,
         batch=10 if mode == "batch" else 1,
@@ -103,7 +102,7 @@ def test_runner__results_no_ack_can_carry__nacked_with_why(
         ("big", "x" * 5000),
         ("fine", {"n": 1}),
     ]:
-        monkeypatch.setitem(jobtypes.REGISTRY, name, Returns(value))
+        register(monkeypatch, name, Returns(value))
         api.add(name, {}, type_=name)
 
     run_all(runner_for(mode, max_body_bytes=4096), mode, api, 5)
@@ -125,7 +124,7 @@ def test_runner__broker_limit_lower_than_assumed__413_then_nacked(
     api_4k: ApiFake, runner_for: Callable[..., Runner], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     api = api_4k  # the worker assumes the default limit, 256 KiB
-    monkeypatch.setitem(jobtypes.REGISTRY, "big", Returns("x" * 5000))
+    register(monkeypatch, "big", Returns("x" * 5000))
     api.add("t1", {"line": "hello 1"})
     api.add("t2", {}, type_="big")
     api.add("t3", {"line": "hello 3"})
@@ -152,7 +151,7 @@ def test_runworker__lease_at_the_cap__accepted() -> None:
 def test_runner__lease_over_the_cap__lowered_with_a_warning_and_beaten_at_it(
     fake_broker: FakeBroker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(jobtypes.REGISTRY, "slow", Sleeps())
+    register(monkeypatch, "slow", Sleeps())
     fake_broker.add("t1", {}, type_="slow")
 
     with caplog.at_level(logging.WARNING, logger="workers.runner"):

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.worker_fakes import FakeBroker, Job, register, stop_joined, wait_until
-from workers.client import BrokerError
+from workers import handlers
+from workers.client import MAX_ERROR_CHARS, BrokerError
 from workers.runner import Runner
 
 MakeRunner = Callable[..., Runner]
@@ -50,27 +51,87 @@ def test_runner__fail_payload__nacks_with_error(
 @pytest.mark.parametrize(
     ("job_type", "failure", "reason"),
     [
-        pytest.param("boom", RuntimeError("disk on fire"), "disk on fire", id="raises_with_text"),
+        pytest.param("boom", RuntimeError("disk on fire"), "RuntimeError: disk on fire",
+                     id="raises_with_text"),
         pytest.param("boom", KeyError(), "KeyError", id="raises_without_text_class_name"),
-        pytest.param("quits", SystemExit(3), "3", id="sys_exit_and_keeps_going"),
-        pytest.param("nope", None, "unknown job type: nope", id="unknown_type"),
+        pytest.param("quits", SystemExit(3), "SystemExit: 3", id="sys_exit_and_keeps_going"),
     ],
-)
-def test_runner__handler_fails__nacks_with_the_reason(
+)  # fmt: skip
+def test_runner__handler_fails__nacks_with_type_message_and_traceback(
     fake_broker: FakeBroker,
     make_runner: MakeRunner,
     monkeypatch: pytest.MonkeyPatch,
     job_type: str,
-    failure: BaseException | None,
+    failure: BaseException,
     reason: str,
 ) -> None:
-    if failure is not None:
-        register(monkeypatch, job_type, Job(result=failure))
+    register(monkeypatch, job_type, Job(result=failure))
     fake_broker.add("t1", {}, type_=job_type)
 
     assert make_runner().tick() == "nacked"
 
-    assert fake_broker.nacks == [("t1", "lease-t1", reason)]
+    ((task_id, lease_id, error),) = fake_broker.nacks
+    assert (task_id, lease_id) == ("t1", "lease-t1")
+    summary, traceback = error.split("\n", 1)
+    assert summary == reason
+    # From the handler's frame on: the worker's own frames above it are left out.
+    assert traceback.startswith("Traceback (most recent call last):\n  File ")
+    assert traceback.endswith('worker_fakes.py", line 385, in handler\n    raise self.result')
+    assert "workers/runner.py" not in traceback
+
+
+def test_runner__handler_keyerror__stored_as_keyerror_with_the_failing_line(
+    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def resize(payload: Any) -> Any:
+        return payload["width"]
+
+    monkeypatch.setitem(handlers.REGISTRY, "resize", handlers.Handler("resize", resize))
+    fake_broker.add("t1", {"height": 1}, type_="resize")
+
+    make_runner().tick()
+
+    ((_, _, error),) = fake_broker.nacks
+    assert error.startswith("KeyError: 'width'\nTraceback (most recent call last):\n")
+    assert error.endswith(', in resize\n    return payload["width"]\n           ~~~~~~~^^^^^^^^^')
+
+
+def test_runner__handler_fails_deep__error_bounded_head_and_tail_kept(
+    fake_broker: FakeBroker, make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(n: int) -> Any:
+        if n == 0:
+            raise ValueError("x" * 3000)  # a long message
+        return across(n - 1)
+
+    def across(n: int) -> Any:  # two functions by turns: Python folds no repeated frame
+        return down(n)
+
+    def deep(payload: Any) -> Any:
+        return down(100)
+
+    monkeypatch.setitem(handlers.REGISTRY, "deep", handlers.Handler("deep", deep))
+    fake_broker.add("t1", {}, type_="deep")
+
+    make_runner().tick()
+
+    ((_, _, error),) = fake_broker.nacks
+    assert len(error) <= MAX_ERROR_CHARS
+    summary, rest = error.split("\n", 1)
+    assert summary == "ValueError: " + "x" * 987 + "…"  # cut to 1000 characters
+    assert rest.startswith("...\n")  # the traceback's head left out, its tail kept:
+    assert 'raise ValueError("x" * 3000)  # a long message\n' in rest[-200:]
+
+
+def test_runner__type_without_handler__nacked_naming_the_type(
+    fake_broker: FakeBroker, make_runner: MakeRunner
+) -> None:
+    fake_broker.add("t1", {}, type_="nope")
+
+    assert make_runner().tick() == "nacked"
+
+    error = "no handler for job type 'nope' on this worker"
+    assert fake_broker.nacks == [("t1", "lease-t1", error)]
 
 
 def test_runner__typed_task__acks_handler_result(
@@ -114,22 +175,32 @@ def test_runner__broker_refuses_ack__outcome_says_so(
     assert make_runner().tick() == "ack refused"
 
 
-def test_runner__task_handled__one_info_line_with_id_and_outcome(
-    fake_broker: FakeBroker, make_runner: MakeRunner, caplog: pytest.LogCaptureFixture
+def test_runner__task_handled__one_line_each_a_failure_a_warning_with_type_and_error(
+    fake_broker: FakeBroker,
+    make_runner: MakeRunner,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.INFO, logger="workers")
+    monkeypatch.setitem(
+        handlers.REGISTRY, "resize", handlers.Handler("resize", lambda payload: payload["width"])
+    )
     fake_broker.add("t1", {"line": "x"})
     fake_broker.add("t2", {"fail": True})
+    fake_broker.add("t3", {}, type_="resize")
     runner = make_runner()
 
-    runner.tick()
-    runner.tick()
+    for _ in range(3):
+        runner.tick()
 
-    lines = [r.getMessage() for r in caplog.records if r.name == "workers.runner"]
-    assert len(lines) == 2
-    assert lines[0].startswith("task t1 acked in ")
-    assert lines[1].startswith("task t2 nacked in ")
-    assert lines[1].endswith(": payload asked to fail")
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "workers.runner"]
+    assert len(lines) == 3
+    assert lines[0][0] == "INFO" and lines[0][1].startswith("task t1 acked in ")
+    assert [level for level, _ in lines[1:]] == ["WARNING", "WARNING"]
+    assert lines[1][1].startswith("task t2 (untyped) nacked in ")
+    assert lines[1][1].endswith(" s: payload asked to fail")
+    assert lines[2][1].startswith("task t3 (resize) nacked in ")
+    assert lines[2][1].endswith(" s: KeyError: 'width'")  # one line: the traceback is stored
 
 
 def test_runner__slow_task__heartbeat_extends_lease(

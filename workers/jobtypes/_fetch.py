@@ -20,13 +20,15 @@ from urllib.parse import urlsplit
 
 from contract.jobtypes.http_fetch import SCHEMES
 from contract.netpolicy import allowed_networks, refusal
+from workers.handlers import PlainError
 
 USER_AGENT = "queue-broker-worker/1 (http_fetch)"
 MAX_REDIRECTIONS = 5
 
 
-class FetchRefusedError(Exception):
-    """The host resolves only to addresses this worker may not reach; nothing was sent.
+class FetchRefusedError(PlainError):
+    """The host resolves only to addresses this worker may not reach; nothing was sent. The
+    task's error is the refusal alone (a policy said no: no traceback to read).
 
     Not an OSError: urllib passes it through as is, instead of wrapping it in a URLError.
     """

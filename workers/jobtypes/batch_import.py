@@ -8,10 +8,11 @@ import time
 from typing import Any
 
 from contract.jobtypes.batch_import import SPEC
+from workers import handler
 from workers.job import Job
-from workers.jobtypes import JobType
 
 
+@handler(SPEC.name, schema=SPEC)
 def run(payload: dict[str, Any], job: Job) -> dict[str, Any]:
     """Import rows [checkpoint, rows); the result says where this attempt started."""
     rows, every = payload["rows"], payload["checkpoint_every"]
@@ -24,6 +25,3 @@ def run(payload: dict[str, Any], job: Job) -> dict[str, Any]:
             job.save_checkpoint({"next_row": done})
             job.progress(done / rows, f"row {done} of {rows}")
     return {"rows": rows, "resumed_at_row": start, "attempt": job.attempts}
-
-
-JOB_TYPE = JobType(SPEC, run, with_job=True)

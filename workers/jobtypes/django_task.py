@@ -12,14 +12,17 @@ from typing import Any
 
 from contract.djtasks import error_text
 from contract.jobtypes.django_task import SPEC
-from workers.jobtypes import JobType
+from workers import handler
+from workers.handlers import PlainError
 from workers.jobtypes._django_tasks import load_task
 
 
-class DjangoTaskFailedError(Exception):
-    """The task function raised (or could not be run); the message is error_text()'s."""
+class DjangoTaskFailedError(PlainError):
+    """The task function raised (or could not be run); the message is error_text()'s, the
+    whole of the nack's error (the django.tasks backend reads its class path and traceback)."""
 
 
+@handler(SPEC.name, schema=SPEC)
 def run(payload: dict[str, Any]) -> Any:
     """Import the allowed @task at payload["path"], call it, return its JSON-able result."""
     try:
@@ -33,6 +36,3 @@ def run(payload: dict[str, Any]) -> Any:
     except BaseException as exc:  # SystemExit too: a task calling sys.exit() failed
         raise DjangoTaskFailedError(error_text(exc)) from exc
     return value
-
-
-JOB_TYPE = JobType(SPEC, run)

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from contract.jobtypes.fail_job import SPEC
-from workers.jobtypes import JobType
+from workers import handler
+from workers.handlers import PlainError
 
 
-class JobFailedError(RuntimeError):
-    """Raised by every fail_job run: the failure is the point."""
+class JobFailedError(PlainError, RuntimeError):
+    """Raised by every fail_job run: the failure is the point, so its error is the message
+    alone, without a traceback."""
 
 
+@handler(SPEC.name, schema=SPEC)
 def run(payload: dict[str, Any]) -> Any:
     """Raise JobFailedError with the payload's message (the nack's error)."""
     raise JobFailedError(payload["message"])
-
-
-JOB_TYPE = JobType(SPEC, run)

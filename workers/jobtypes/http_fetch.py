@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from contract.jobtypes.http_fetch import SPEC
-from workers.jobtypes import JobType
+from workers import handler
 from workers.jobtypes._fetch import fetch
 
 
+@handler(SPEC.name, schema=SPEC)
 def run(payload: dict[str, Any]) -> dict[str, Any]:
     """{"response_status": N} for any HTTP answer (a 3xx to a non-web scheme too).
 
@@ -16,6 +17,3 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     resolves only to refused addresses, first or after a redirect; OSError when no answer came.
     """
     return {"response_status": fetch(payload["url"], payload["timeout_seconds"])}
-
-
-JOB_TYPE = JobType(SPEC, run)

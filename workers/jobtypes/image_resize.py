@@ -6,9 +6,10 @@ import zlib
 from typing import Any
 
 from contract.jobtypes.image_resize import SPEC
-from workers.jobtypes import JobType
+from workers import handler
 
 
+@handler(SPEC.name, schema=SPEC)
 def run(payload: dict[str, Any]) -> dict[str, Any]:
     """Average each source pixel into its target cell: work proportional to width * height.
 
@@ -32,6 +33,3 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         "pixels_processed": sum(counts),
         "checksum": zlib.crc32(pixels),
     }
-
-
-JOB_TYPE = JobType(SPEC, run)

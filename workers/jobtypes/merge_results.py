@@ -6,16 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from contract.jobtypes.merge_results import SPEC
+from workers import handler
 from workers.job import Job
-from workers.jobtypes import JobType
 
 
+@handler(SPEC.name, schema=SPEC)
 def run(payload: dict[str, Any], job: Job) -> dict[str, Any]:
     """{"label", "inputs": {parent id: its result}} in `after` order."""
     return {
         "label": payload["label"],
         "inputs": dict(zip(job.after, job.parent_results, strict=True)),
     }
-
-
-JOB_TYPE = JobType(SPEC, run, with_job=True)

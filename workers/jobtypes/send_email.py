@@ -8,13 +8,14 @@ import uuid
 from typing import Any
 
 from contract.jobtypes.send_email import SPEC
-from workers.jobtypes import JobType
+from workers import handler
 
 log = logging.getLogger(__name__)
 
 SEND_SECONDS = 0.3
 
 
+@handler(SPEC.name, schema=SPEC)
 def run(payload: dict[str, Any]) -> dict[str, Any]:
     """Wait out the simulated I/O, log the mail; the result names the recipient."""
     time.sleep(SEND_SECONDS)
@@ -27,6 +28,3 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         len(payload["body"]),
     )
     return {"sent_to": payload["to"], "message_id": message_id}
-
-
-JOB_TYPE = JobType(SPEC, run)

@@ -8,10 +8,10 @@ import os
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from contract.limits import MAX_KEY, QUEUE_MESSAGE, QUEUE_RE
-from workers import transport
+from workers import loading, transport
 from workers.client import DEFAULT_BROKER_URL
 from workers.wire import DEFAULT_MAX_BODY_BYTES, MAX_LEASE_MS
 
@@ -131,8 +131,37 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def module_list(text: str) -> list[str]:
+    """argparse type: comma-separated module names (`mypkg.jobs,other.module`)."""
+    try:
+        return loading.module_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def handler_modules() -> list[str]:
+    """The modules runworker imports without --handlers: the project's BROKER_WORKER_HANDLERS
+    setting when it names one (a list, or a comma-separated string), else the environment
+    variable of that name. Raises CommandError for a name that is not a module's."""
+    from django.conf import settings
+
+    configured = getattr(settings, "BROKER_WORKER_HANDLERS", None) if settings.configured else None
+    raw = configured if configured is not None else os.environ.get("BROKER_WORKER_HANDLERS", "")
+    try:
+        return loading.module_names(raw)
+    except ValueError as exc:
+        raise CommandError(f"BROKER_WORKER_HANDLERS: {exc}") from None
+
+
 def log_to_stderr(verbosity: int) -> None:
-    """Send the workers.* INFO lines to stderr unless the project's LOGGING already routes them."""
+    """Send the workers.* lines to stderr unless the project's LOGGING already routes them.
+
+    Whatever the project's levels, runworker's own lines (the start line, the stop) show at the
+    default verbosity, and failures are WARNING lines: `-v 0` hides the start line.
+    """
+    own = logging.getLogger("workers.runworker")
+    if own.level == logging.NOTSET:
+        own.setLevel(logging.INFO if verbosity >= 1 else logging.WARNING)
     logger = logging.getLogger("workers")
     if logger.hasHandlers():
         return  # LOGGING in settings decides, levels included

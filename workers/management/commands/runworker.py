@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import signal
 from types import FrameType
@@ -11,15 +10,17 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from contract.wording import counted
-from workers import handlers
+from workers import handlers, loading
 from workers.client import BrokerClient
 from workers.management.commands._common import (
     BrokerCommand,
     api_token,
+    handler_modules,
     int_between,
     lease_ms,
     log_to_stderr,
     max_body_bytes,
+    module_list,
     non_negative_int,
     positive_int,
     queue_list,
@@ -78,6 +79,20 @@ class Command(BrokerCommand):
             "for itself, one task or --batch N)",
         )
         parser.add_argument(
+            "--handlers",
+            type=module_list,
+            default=None,
+            help="comma-separated modules of yours whose @handler functions this worker runs, "
+            "imported from the working directory and PYTHONPATH (default: the "
+            "BROKER_WORKER_HANDLERS setting or environment variable)",
+        )
+        parser.add_argument(
+            "--no-register",
+            action="store_true",
+            help="do not register your handlers' job types with the broker at start "
+            "(PUT /types/{name})",
+        )
+        parser.add_argument(
             "--batch",
             type=int_between(1, 100),
             default=1,
@@ -100,9 +115,16 @@ class Command(BrokerCommand):
             client = BrokerClient(options["broker"], token=api_token())
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        modules = options["handlers"]
+        try:
+            loaded = loading.load(handler_modules() if modules is None else modules)
+        except loading.StartupError as exc:
+            raise CommandError(str(exc), returncode=1) from exc
+        if not options["no_register"]:
+            loading.register(client, loaded.yours)
         runner = Runner(
             client,
-            resolve=functools.partial(handlers.resolve, log_file=options["log_file"]),
+            resolve=handlers.Dispatch(options["log_file"]),
             concurrency=options["concurrency"],
             wait_ms=options["wait_ms"],
             lease_ms=options["lease_ms"],
@@ -129,13 +151,14 @@ class Command(BrokerCommand):
             else "one task per claim"
         )
         log.info(
-            "worker on %s: %s, %s, wait %d ms, lease %d ms, queues %s",
-            options["broker"],
-            counted(options["concurrency"], "thread"),
+            "worker on %s: queues %s, concurrency %d, %s, wait %d ms, lease %d ms; handlers %s",
+            client.shown_url,
+            ",".join(options["queue"]) or "all",
+            options["concurrency"],
             mode,
             options["wait_ms"],
             options["lease_ms"],
-            ",".join(options["queue"]) or "all",
+            _handlers_line(loaded),
         )
         try:
             runner.run()
@@ -144,3 +167,12 @@ class Command(BrokerCommand):
                 signal.signal(sig, handler)
             client.close()
         log.info("worker stopped")
+
+
+def _handlers_line(loaded: loading.Loaded) -> str:
+    """`resize_image, thumbnail (mypkg.jobs) and 9 built-in types`: what this worker runs."""
+    mine = ", ".join(f"{h.name} ({h.function.__module__})" for h in loaded.yours)
+    builtin = len(handlers.jobtypes.NAMES) - len(loaded.builtin_failed)
+    failed = f" ({', '.join(sorted(loaded.builtin_failed))} unavailable)"
+    line = f"{builtin} built-in types{failed if loaded.builtin_failed else ''}"
+    return f"{mine} and {line}" if mine else line
