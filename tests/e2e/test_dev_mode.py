@@ -14,9 +14,11 @@ import pytest
 
 from tests.procs import ROOT, Proc, free_port, needs, python, wait_until
 
-# What a first-time user's shell does not have.
+# What a first-time user's shell does not have (nor the variables of the `make test` running
+# this test: a make started under them prints "make[1]:" and shares its jobserver).
 UNSET = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "BROKER_HTTPS", "BROKER_API_TOKENS",
-         "BROKER_BIND", "LOG_LEVEL", "SECURE_SSL_REDIRECT", "DATABASE_URL"}  # fmt: skip
+         "BROKER_BIND", "LOG_LEVEL", "SECURE_SSL_REDIRECT", "DATABASE_URL",
+         "MAKELEVEL", "MAKEFLAGS", "MFLAGS"}  # fmt: skip
 
 
 def _fresh_env(**extra: str) -> dict[str, str]:

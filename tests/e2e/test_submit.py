@@ -286,7 +286,7 @@ def test_submit_e2e__no_worker__times_out_exit_1(db_url: str, tmp_path: Path) ->
         "--payload", '{"input": {"a": " b "}}',
     )  # fmt: skip
     assert code == 1
-    assert "1 task(s) unfinished after 1 s" in output
+    assert "1 task unfinished after 1 s" in output
     [row] = rows_of(output).values()
     assert row[1:4] == ["normal", "ready", "0"]
 
