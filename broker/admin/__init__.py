@@ -2,4 +2,5 @@
 actions that go through broker.queue. Importing the package registers every page."""
 
 from broker.admin import dead, queues, tasks  # noqa: F401
+from broker.tokens import admin as tokens  # noqa: F401
 from broker.types import admin as types  # noqa: F401

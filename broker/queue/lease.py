@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from broker.queue.base import (
     ClaimedTask,
     Delivery,
     Outcome,
+    QueuePatterns,
     Settle,
     api_time,
     aware,
@@ -52,7 +54,10 @@ class Claimed(list[Delivery]):
 
 
 def claim(
-    queues: list[str] | None, lease_ms: int, limit: int = 1, worker: str | None = None
+    queues: list[str] | QueuePatterns | None,
+    lease_ms: int,
+    limit: int = 1,
+    worker: str | None = None,
 ) -> Claimed:
     """Hand out up to `limit` ready tasks, priority then oldest first: ready → handed_out.
 
@@ -60,8 +65,13 @@ def claim(
     broker.queue.restricted). Of several, none past the one that takes the answer past
     MAX_ANSWER_BYTES (broker.queue.sizing): those are not handed out. On PostgreSQL, SKIP LOCKED
     lets concurrent claimers pass each other's rows instead of waiting; on SQLite the IMMEDIATE
-    transaction holds the write lock from BEGIN.
+    transaction holds the write lock from BEGIN. QueuePatterns (an access token's claim that
+    names no queue): the queues with ready tasks that match, then a claim of those.
     """
+    if isinstance(queues, QueuePatterns):
+        queues = _matching(queues)
+        if not queues:
+            return Claimed()
     now = current_time()
     lease_id = uuid.uuid4().hex
     deadline = now + timedelta(milliseconds=lease_ms)
@@ -91,6 +101,17 @@ def claim(
     )
     claimed.retry_in = retry_in
     return claimed
+
+
+def _matching(patterns: QueuePatterns) -> list[str]:
+    """The queues with claimable tasks whose names match `patterns`."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql.READY_QUEUES_MATCHING, {"regexes": list(patterns.regexes)})
+            return [row[0] for row in cursor.fetchall()]
+    compiled = [re.compile(r) for r in patterns.regexes]
+    names = Task.objects.filter(state=State.READY, key_wait=False).values_list("queue", flat=True)
+    return sorted(q for q in set(names) if any(c.search(q) for c in compiled))
 
 
 def _claim_restricted(hand: restricted.Hand) -> tuple[list[tuple[Any, ...]], float | None]:

@@ -248,6 +248,17 @@ def _allowed(source: str) -> str:
     )
 
 
+# The queues with claimable tasks (one probe of task_claim_queue_idx each: no queue's backlog is
+# walked) whose names match one of the regular expressions: a token's claim that names no queue.
+READY_QUEUES_MATCHING = (
+    "WITH RECURSIVE names(name) AS ("
+    f"(SELECT queue FROM broker_task WHERE {CLAIMABLE} ORDER BY queue LIMIT 1)"
+    " UNION ALL SELECT (SELECT t.queue FROM broker_task t WHERE t.state = 'ready'"
+    " AND NOT t.key_wait AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n"
+    " WHERE n.name IS NOT NULL)"
+    " SELECT name FROM names WHERE name IS NOT NULL AND name ~ ANY(%(regexes)s::text[])"
+)
+
 # Hand out the tasks a keyed pick chose (broker.queue.keyclaims), if still claimable.
 CLAIM_IDS = _claim(
     f"SELECT id FROM broker_task WHERE id = ANY(%(ids)s) AND {CLAIMABLE}"
