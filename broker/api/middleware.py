@@ -103,7 +103,7 @@ class BodyLimitMiddleware:
                     response = json_error(401, "Missing or wrong bearer token.")
                     response["WWW-Authenticate"] = 'Bearer realm="broker"'
                     return response
-                request.broker_access = access  # type: ignore[attr-defined]
+                request.broker_access = access
         return self.get_response(request)
 
 

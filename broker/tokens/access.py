@@ -39,8 +39,11 @@ def of(request: Any) -> Access:
     return access
 
 
-def refuse(action: str, queue: str) -> Forbidden:
-    where = "every queue" if queue == EVERY else f"queue {queue!r}"
+def refuse(action: str, queue: str | None) -> Forbidden:
+    """The 403 naming the action and the queue (`*`: every queue; None: any queue, a list's)."""
+    where = (
+        "any queue" if queue is None else "every queue" if queue == EVERY else f"queue {queue!r}"
+    )
     return Forbidden(f"This token has no grant to {action} on {where}.")
 
 
@@ -130,9 +133,17 @@ def queues_q(patterns: list[str], field: str = "queue") -> Q:
     return q
 
 
+def listed_patterns(request: Any, action: str) -> list[str] | None:
+    """A list's patterns (None: every queue); 403 for a token without `action` anywhere."""
+    patterns = of(request).patterns(action)
+    if patterns == []:
+        raise refuse(action, None)
+    return patterns
+
+
 def visible(request: Any, tasks: QuerySet, action: str = "read") -> QuerySet:
     """`tasks` cut to the queues the request may `action` on (lists)."""
-    patterns = of(request).patterns(action)
+    patterns = listed_patterns(request, action)
     return tasks if patterns is None else tasks.filter(queues_q(patterns))
 
 
@@ -234,7 +245,7 @@ def forbidden_answer(task_id: Any, why: Forbidden) -> dict[str, Any]:
 
 def visible_names(request: Any, rows: QuerySet, action: str, field: str = "name") -> QuerySet:
     """`rows` cut to those whose queue (`field`) the request may `action` on (GET /queues)."""
-    patterns = of(request).patterns(action)
+    patterns = listed_patterns(request, action)
     return rows if patterns is None else rows.filter(queues_q(patterns, field))
 
 
@@ -265,7 +276,7 @@ def require_workflow(request: Any, action: str, pk: int, missing: type[BrokerErr
 
 def visible_workflows(request: Any, workflows: QuerySet) -> QuerySet:
     """Workflows every step of which is in a queue the request may read."""
-    patterns = of(request).patterns("read")
+    patterns = listed_patterns(request, "read")
     if patterns is None:
         return workflows
     from django.db.models import Exists, OuterRef

@@ -54,7 +54,7 @@ def _fernet() -> object:
 
 
 def encrypt(secret: str) -> str:
-    return _fernet().encrypt(secret.encode()).decode()  # type: ignore[attr-defined,no-any-return]
+    return _fernet().encrypt(secret.encode()).decode()  # type: ignore[attr-defined]
 
 
 def decrypt(token: str) -> str | None:
@@ -62,7 +62,7 @@ def decrypt(token: str) -> str | None:
     from cryptography.fernet import InvalidToken
 
     try:
-        return _fernet().decrypt(token.encode()).decode()  # type: ignore[attr-defined,no-any-return]
+        return _fernet().decrypt(token.encode()).decode()  # type: ignore[attr-defined]
     except (InvalidToken, ValueError):
         return None
 
