@@ -115,10 +115,7 @@ class AccessTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        tokens = list(queryset.filter(revoked_at__isnull=True))
         revoked = making.revoke(queryset)
-        for token in tokens:
-            self.log_change(request, token, "Revoked.")
         self.message_user(
             request, ngettext("%d token revoked.", "%d tokens revoked.", revoked) % revoked
         )
