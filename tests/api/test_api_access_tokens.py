@@ -361,3 +361,21 @@ def test_revalidation__a_revocation_elsewhere_seen_after_refresh(
     assert call("get", "/stats", secret).status_code == 200  # within REFRESH_S (3600 in tests)
     monkeypatch.setattr(auth, "REFRESH_S", 0.0)
     assert call("get", "/stats", secret).status_code == 401
+
+
+def test_docs_tenants__its_createtoken_commands_run() -> None:
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "tenants.md").read_text()
+    commands = [
+        shlex.split(line)[2:]
+        for line in text.splitlines()
+        if line.startswith("python manage.py createtoken")
+    ]
+    assert len(commands) == 3
+    for args in commands:
+        call_command(*args, stdout=io.StringIO())
+    assert set(AccessToken.objects.values_list("name", flat=True)) == {
+        "tenant-a-producer", "tenant-a-workers", "grafana",
+    }  # fmt: skip
