@@ -66,19 +66,29 @@ def claim(
     MAX_ANSWER_BYTES (broker.queue.sizing): those are not handed out. On PostgreSQL, SKIP LOCKED
     lets concurrent claimers pass each other's rows instead of waiting; on SQLite the IMMEDIATE
     transaction holds the write lock from BEGIN. QueuePatterns (an access token's claim that
-    names no queue): the queues with ready tasks that match, then a claim of those.
+    names no queue): on PostgreSQL one statement takes from the queues with ready tasks that
+    match; when a restricted queue matches, or on SQLite, those queues are found first.
     """
-    if isinstance(queues, QueuePatterns):
-        queues = _matching(queues)
-        if not queues:
+    patterns = queues if isinstance(queues, QueuePatterns) else None
+    scope = None if isinstance(queues, QueuePatterns) else queues
+    if patterns is not None and connection.vendor != "postgresql":
+        scope, patterns = _matching(patterns), None
+        if not scope:
             return Claimed()
     now = current_time()
     lease_id = uuid.uuid4().hex
     deadline = now + timedelta(milliseconds=lease_ms)
-    hand = restricted.Hand(queues, limit, lease_id, deadline, now, worker)
+    hand = restricted.Hand(scope, limit, lease_id, deadline, now, worker)
     found: list[tuple[Any, ...]] | None = None
     retry_in = None
-    if not restricted.seems_restricted(queues):
+    if patterns is not None:
+        found = _claim_pg_matching(hand, patterns)
+        if found is None:  # a restricted queue matches: the restricted path, on their names
+            names = _matching(patterns)
+            if not names:
+                return Claimed()
+            hand = dataclasses.replace(hand, queues=names)
+    elif not restricted.seems_restricted(scope):
         # One statement that also says whether a restricted queue is in its scope.
         if connection.vendor == "postgresql":
             found = _claim_pg(hand)
@@ -101,6 +111,20 @@ def claim(
     )
     claimed.retry_in = retry_in
     return claimed
+
+
+def _claim_pg_matching(
+    hand: restricted.Hand, patterns: QueuePatterns
+) -> list[tuple[Any, ...]] | None:
+    """The claim of the queues matching `patterns` as one statement; None when a restricted
+    queue matches."""
+    statement = sql.CLAIM_MATCHING_MANY if hand.limit > 1 else sql.CLAIM_MATCHING
+    with connection.cursor() as cursor:
+        cursor.execute(statement, {**hand.params(), "regexes": list(patterns.regexes)})
+        rows = cursor.fetchall()
+    if any(row[0] is None for row in rows):
+        return None
+    return rows
 
 
 def _matching(patterns: QueuePatterns) -> list[str]:

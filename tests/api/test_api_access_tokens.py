@@ -379,3 +379,31 @@ def test_docs_tenants__its_createtoken_commands_run() -> None:
     assert set(AccessToken.objects.values_list("name", flat=True)) == {
         "tenant-a-producer", "tenant-a-workers", "grafana",
     }  # fmt: skip
+
+
+def test_claim_naming_no_queue__patterns__one_statement_on_postgresql() -> None:
+    worker = token("consume:tenant-a.*", name="w")
+    producer = token("produce:*", name="p")
+    mine = enqueue(producer, "tenant-a.one")
+    enqueue(producer, "tenant-b.one")
+    with CaptureQueriesContext(connection) as ctx:
+        got = call("get", "/jobs/next?wait_ms=0", worker)
+    assert got.json()["task"]["id"] == mine
+    claims = [q["sql"] for q in ctx.captured_queries if "broker_task" in q["sql"]]
+    if connection.vendor == "postgresql":
+        assert len(claims) == 1, claims  # the match is inside the claim's own statement
+
+
+@pytest.mark.parametrize("setting", [{"paused": True}, {"max_in_flight": 1}, {"rate_per_s": 1}])
+def test_claim_naming_no_queue__patterns__restricted_queues_obeyed(setting: dict) -> None:
+    worker = token("consume:tenant-a.*", name="w")
+    ops = token("all:*", name="ops")
+    assert call("patch", "/queues/tenant-a.held", ops, setting).status_code == 200
+    held = [enqueue(ops, "tenant-a.held") for _ in range(2)]
+    free = enqueue(ops, "tenant-a.free")
+    enqueue(ops, "tenant-b.other")
+    got = []
+    while (r := call("get", "/jobs/next?wait_ms=0", worker)).status_code == 200:
+        got.append(r.json()["task"]["id"])
+    expected = {free} if "paused" in setting else {free, held[0]}
+    assert set(got) == expected
