@@ -82,6 +82,10 @@ _UNAUTHORIZED = answer(
     ref("Error"),
     **{"WWW-Authenticate": {"schema": {"type": "string"}, "description": 'Bearer realm="broker"'}},
 )
+_FORBIDDEN = error_answer(
+    "The access token has no grant for this action on this queue (docs/tenants.md); a task or "
+    "workflow in queues none of its grants names is a 404, as an unknown id."
+)
 _TOO_LARGE = error_answer("The body is over BROKER_MAX_BODY_BYTES.")
 _NOT_JSON = error_answer(
     "The body is not JSON: Content-Type must be application/json (any parameters) or "
@@ -105,7 +109,8 @@ def finish_schema(result: Schema, generator: Any, request: Any, public: bool) ->
         "bearerAuth": {
             "type": "http",
             "scheme": "bearer",
-            "description": "One of BROKER_API_TOKENS; required only when that is set.",
+            "description": "One of BROKER_API_TOKENS, or an access token (createtoken); "
+            "required only while either exists.",
         }
     }
     for path_item in result.get("paths", {}).values():
@@ -116,6 +121,7 @@ def finish_schema(result: Schema, generator: Any, request: Any, public: bool) ->
             else:
                 operation["security"] = [{"bearerAuth": []}]
                 responses.setdefault("401", _UNAUTHORIZED)
+                responses.setdefault("403", _FORBIDDEN)
             if "requestBody" in operation:
                 responses.setdefault("413", _TOO_LARGE)
                 responses.setdefault("415", _NOT_JSON)
