@@ -31,7 +31,7 @@ class BrokerConfig(AppConfig):
         from broker.tokens import auth
 
         def changed(**kwargs: object) -> None:
-            auth.invalidate()
+            auth.bump()
 
         post_save.connect(changed, sender=AccessToken, weak=False, dispatch_uid="broker-tokens")
         post_delete.connect(changed, sender=AccessToken, weak=False, dispatch_uid="broker-tok-d")

@@ -33,3 +33,15 @@ class AccessToken(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TokenGeneration(models.Model):
+    """One row whose `n` moves on every change of the access tokens (broker.tokens.auth.bump):
+    each process compares it, once a second at most, with the one it read, and forgets what it
+    cached when it moved. A counter, not a newest time: a change committed late with an earlier
+    clock moves it too."""
+
+    n = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"access tokens, generation {self.n}"

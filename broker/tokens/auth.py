@@ -1,10 +1,10 @@
 """Who is asking: the bearer token of a request → its Access, or None (a 401).
 
 Database tokens are kept in a per-process cache, so a token seen before costs no query: the
-cache is revalidated at most every REFRESH_S by one aggregate over the (small) token table, the
-count of rows and the newest `changed_at`, which every change that matters moves (a new token,
-new grants or expiry, a revocation, a deletion). A revoked token is thus refused by every
-process within REFRESH_S; an expiry needs no query at all. Last use is written at most once a
+cache is revalidated at most every REFRESH_S by one query: the count of tokens and the
+generation counter (TokenGeneration), which every change of a token moves (`bump`: a new token,
+new grants or expiry, a revocation, a deletion). A revoked token is thus refused by every process
+within REFRESH_S; an expiry needs no query at all. Last use is written at most once a
 LAST_USED_EVERY_S per token and process.
 """
 
@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from broker.tokens.grants import FULL, Access, Grant, GrantError, parse_all
@@ -53,7 +54,7 @@ class _Cache:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.checked = float("-inf")
-        self.generation: tuple[int, datetime | None] | None = None
+        self.generation: tuple[int, int] | None = None  # (tokens, generation)
         self.entries: dict[str, _Entry | None] = {}
 
     @property
@@ -65,10 +66,15 @@ class _Cache:
         now = time.monotonic()
         if now - self.checked < REFRESH_S:
             return
-        from broker.models import AccessToken
+        from broker.models import AccessToken, TokenGeneration
 
-        got = AccessToken.objects.aggregate(n=Count("id"), at=Max("changed_at"))
-        generation = (got["n"], got["at"])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT (SELECT count(*) FROM {AccessToken._meta.db_table}),"  # noqa: S608
+                f" (SELECT n FROM {TokenGeneration._meta.db_table} WHERE id = 1)"
+            )
+            tokens, n = cursor.fetchone()
+        generation = (int(tokens), int(n or 0))
         with self.lock:
             if generation != self.generation:
                 self.entries = {}
@@ -120,7 +126,22 @@ def invalidate() -> None:
 def assume_no_tokens() -> None:
     """Tests: each starts with an empty database, hence no token, known fresh."""
     with _cache.lock:
-        _cache.generation, _cache.entries, _cache.checked = (0, None), {}, time.monotonic()
+        _cache.generation, _cache.entries, _cache.checked = (0, 0), {}, time.monotonic()
+
+
+def bump() -> None:
+    """A token changed: move the generation (every process revalidates within REFRESH_S) and
+    forget this process's cache at once. Call in the change's transaction, after it."""
+    from broker.models import TokenGeneration
+
+    moved = TokenGeneration.objects.filter(pk=1).update(n=F("n") + 1)
+    if not moved:
+        try:
+            with transaction.atomic():
+                TokenGeneration.objects.create(pk=1, n=1)
+        except IntegrityError:  # made meanwhile by another change
+            TokenGeneration.objects.filter(pk=1).update(n=F("n") + 1)
+    invalidate()
 
 
 def closed() -> bool:

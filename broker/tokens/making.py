@@ -98,6 +98,9 @@ def revoke(rows: object) -> int:
     from broker.tokens import auth
 
     now = timezone.now()
-    revoked = int(rows.filter(revoked_at__isnull=True).update(revoked_at=now, changed_at=now))  # type: ignore[attr-defined]
-    auth.invalidate()
+    with transaction.atomic():
+        revoked = int(
+            rows.filter(revoked_at__isnull=True).update(revoked_at=now, changed_at=now)  # type: ignore[attr-defined]
+        )
+        auth.bump()
     return revoked
