@@ -354,6 +354,7 @@ def test_revalidation__a_revocation_elsewhere_seen_after_refresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     secret = token("all:*", name="r")
+    token("read:*", name="newer")  # the newest change is its
     assert call("get", "/stats", secret).status_code == 200
     # Another process revokes it (making.revoke there: the row, then the generation), on a host
     # whose clock is an hour behind: no signal here. Seen once the cache is REFRESH_S old.
