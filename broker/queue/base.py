@@ -32,7 +32,8 @@ class QueuePatterns:
     """A claim's scope given as patterns, not names (an access token's grants, broker.tokens):
     regular expressions over queue names, resolved against the queues with ready tasks."""
 
-    regexes: tuple[str, ...]
+    globs: tuple[str, ...]  # as granted: `*` and `?` (fnmatch)
+    regexes: tuple[str, ...]  # the same as regular expressions, for the database
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import re
 import uuid
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 from django.conf import settings
@@ -133,9 +133,8 @@ def _matching(patterns: QueuePatterns) -> list[str]:
         with connection.cursor() as cursor:
             cursor.execute(sql.READY_QUEUES_MATCHING, {"regexes": list(patterns.regexes)})
             return [row[0] for row in cursor.fetchall()]
-    compiled = [re.compile(r) for r in patterns.regexes]
     names = Task.objects.filter(state=State.READY, key_wait=False).values_list("queue", flat=True)
-    return sorted(q for q in set(names) if any(c.search(q) for c in compiled))
+    return sorted(q for q in set(names) if any(fnmatchcase(q, g) for g in patterns.globs))
 
 
 def _claim_restricted(hand: restricted.Hand) -> tuple[list[tuple[Any, ...]], float | None]:

@@ -214,7 +214,7 @@ def claim_scope(request: Any, queues: list[str] | None) -> list[str] | QueuePatt
         raise refuse("consume", EVERY)
     if all(is_literal(p) for p in patterns):
         return patterns
-    return QueuePatterns(tuple(_regex(p) for p in patterns))
+    return QueuePatterns(tuple(patterns), tuple(_regex(p) for p in patterns))
 
 
 def screen_settles(

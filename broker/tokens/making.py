@@ -18,7 +18,7 @@ from broker.models import AccessToken
 from broker.tokens.auth import digest
 from broker.tokens.grants import parse_all
 
-_DURATION = re.compile(r"(\d+)\s*([smhd])")
+_DURATION = re.compile(r"(\d{1,9})([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -34,7 +34,7 @@ class Made:
 
 def duration(text: str) -> timedelta:
     """ "30d", "12h", "90m", "45s" → a timedelta; ValueError otherwise."""
-    match = _DURATION.fullmatch(text.strip().lower())
+    match = _DURATION.fullmatch(text.strip().lower().replace(" ", ""))
     if not match or int(match[1]) == 0:
         raise ValueError(f'a duration like "30d", "12h", "90m"; not {text!r}')
     return timedelta(seconds=int(match[1]) * _UNITS[match[2]])
