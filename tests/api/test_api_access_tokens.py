@@ -52,9 +52,13 @@ def enqueue(secret: str | None, queue: str, **extra: Any) -> str:
 
 def test_createtoken__prints_secret_once__stores_only_its_hash() -> None:
     out = io.StringIO()
-    call_command("createtoken", "tenant-a-producer", "--grant", "produce:tenant-a.*", stdout=out)
-    lines = out.getvalue().splitlines()
-    secret = lines[1]
+    err = io.StringIO()
+    call_command(
+        "createtoken", "tenant-a-producer", "--grant", "produce:tenant-a.*", stdout=out,
+        stderr=err,
+    )  # fmt: skip
+    secret = out.getvalue().strip()  # the secret alone on stdout
+    assert "shown this once" in err.getvalue()
     assert auth.TOKEN_RE.fullmatch(secret)
     row = AccessToken.objects.get(name="tenant-a-producer")
     assert row.secret_hash == hashlib.sha256(secret.encode()).hexdigest()
@@ -69,7 +73,7 @@ def test_createtoken__expires_and_actions_joined__stored() -> None:
     out = io.StringIO()
     call_command(
         "createtoken", "w", "--grant", "consume+read:a.*", "--grant", "all:b",
-        "--expires", "30d", stdout=out,
+        "--expires", "30d", stdout=out, stderr=io.StringIO(),
     )  # fmt: skip
     row = AccessToken.objects.get(name="w")
     assert row.grants == ["consume+read:a.*", "produce+consume+read+manage:b"]
@@ -84,7 +88,9 @@ def test_createtoken__bad_grant__refused_naming_it(grant: str) -> None:
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="--grant"):
-        call_command("createtoken", "x", "--grant", grant, stdout=io.StringIO())
+        call_command(
+            "createtoken", "x", "--grant", grant, stdout=io.StringIO(), stderr=io.StringIO()
+        )
     assert not AccessToken.objects.exists()
 
 
@@ -378,7 +384,7 @@ def test_docs_tenants__its_createtoken_commands_run() -> None:
     ]
     assert len(commands) == 3
     for args in commands:
-        call_command(*args, stdout=io.StringIO())
+        call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
     assert set(AccessToken.objects.values_list("name", flat=True)) == {
         "tenant-a-producer", "tenant-a-workers", "grafana",
     }  # fmt: skip
@@ -410,3 +416,13 @@ def test_claim_naming_no_queue__patterns__restricted_queues_obeyed(setting: dict
         got.append(r.json()["task"]["id"])
     expected = {free} if "paused" in setting else {free, held[0]}
     assert set(got) == expected
+
+
+def test_createtoken_sqs__key_lines_then_the_secret_last() -> None:
+    out = io.StringIO()
+    call_command("createtoken", "s", "--grant", "all:*", "--sqs", stdout=out, stderr=io.StringIO())
+    key_line, secret_line, token_line = out.getvalue().strip().splitlines()
+    row = AccessToken.objects.get(name="s")
+    assert key_line == f"AWS_ACCESS_KEY_ID={row.sqs_key_id}"
+    assert making.decrypt(row.sqs_secret_encrypted) == secret_line.partition("=")[2]
+    assert row.secret_hash == hashlib.sha256(token_line.encode()).hexdigest()

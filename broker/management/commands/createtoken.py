@@ -46,12 +46,14 @@ class Command(BaseCommand):
             raise CommandError(f"--grant {exc}") from exc
         except IntegrityError as exc:
             raise CommandError(f"A token named {name!r} exists already.") from exc
-        out = self.stdout
-        out.write(f"Token {name!r} made. Its secret, shown this once (only a hash is kept):")
-        out.write(made.secret)
-        if made.sqs_key_id:
-            out.write("SQS access key id and secret access key, shown this once:")
-            out.write(f"{made.sqs_key_id} {made.sqs_secret}")
-        out.write(f"Grants: {', '.join(made.token.grants)}")
+        # stdout: what a script keeps, the secret last (and alone without --sqs); stderr: words.
+        err = self.stderr
+        err.write(f"Token {name!r} made; its secret is shown this once (only a hash is kept).")
+        err.write(f"Grants: {', '.join(made.token.grants)}")
         if expires_at:
-            out.write(f"Expires: {expires_at.isoformat(timespec='seconds')}")
+            err.write(f"Expires: {expires_at.isoformat(timespec='seconds')}")
+        if made.sqs_key_id:
+            err.write("Its SQS access key, shown this once too, signs requests to /sqs.")
+            self.stdout.write(f"AWS_ACCESS_KEY_ID={made.sqs_key_id}")
+            self.stdout.write(f"AWS_SECRET_ACCESS_KEY={made.sqs_secret}")
+        self.stdout.write(made.secret)
