@@ -9,6 +9,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 
+from contract.conf import broker_settings
+
 log = logging.getLogger(__name__)
 
 MISSING_KEY_MESSAGE = "SECRET_KEY must be set in the environment when DEBUG is off."
@@ -23,7 +25,7 @@ def _secret_key_missing() -> bool:
 
 def open_api(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """broker.W001: without BROKER_API_TOKENS anyone who reaches the broker drives it."""
-    if settings.BROKER_API_TOKENS:
+    if broker_settings.BROKER_API_TOKENS:
         return []
     return [
         Warning(
@@ -38,7 +40,7 @@ def open_api(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 def sqs_credentials_unused(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """broker.W002: SQS access keys given while the API is open, so nothing checks them."""
-    if not settings.BROKER_SQS_CREDENTIALS or settings.BROKER_API_TOKENS:
+    if not broker_settings.BROKER_SQS_CREDENTIALS or broker_settings.BROKER_API_TOKENS:
         return []
     return [
         Warning(

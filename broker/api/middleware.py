@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from broker.api.errors import error_response, json_error
 from broker.exceptions import DatabaseUnavailable, InternalError
 from broker.sqs.limits import is_sqs_path
+from contract.conf import broker_settings
 from contract.limits import whole_number
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,10 @@ class BodyLimitMiddleware:
             request.get_host()
         if is_api(path) and not is_sqs_path(path):
             length = whole_number(request.META.get("CONTENT_LENGTH") or "0")
-            limit = settings.BROKER_MAX_BODY_BYTES
+            limit = broker_settings.BROKER_MAX_BODY_BYTES
             if length is not None and length > limit:
                 return json_error(413, f"The request body is over the {limit}-byte limit.")
-            tokens = settings.BROKER_API_TOKENS
+            tokens = broker_settings.BROKER_API_TOKENS
             if tokens and path not in OPEN_PATHS and not _token_ok(request, tokens):
                 response = json_error(401, "Missing or wrong bearer token.")
                 response["WWW-Authenticate"] = 'Bearer realm="broker"'

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
@@ -20,6 +19,7 @@ from broker.longpoll import parking_of, socket_gone
 from broker.parking.loop import Slot
 from broker.sqs import errors, limits, queues, receiving, sending, sigv4
 from broker.sqs.params import Call
+from contract.conf import broker_settings
 from contract.limits import whole_number
 
 log = logging.getLogger(__name__)
@@ -90,8 +90,8 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
         # The client hung up mid-body: what arrived may parse, but it is not what was sent.
         raise errors.SerializationException("The request body ended before its Content-Length.")
     key_id = None
-    if settings.BROKER_API_TOKENS:
-        key_id = sigv4.verify(request, body, settings.BROKER_SQS_CREDENTIALS, timezone.now())
+    if broker_settings.BROKER_API_TOKENS:
+        key_id = sigv4.verify(request, body, broker_settings.BROKER_SQS_CREDENTIALS, timezone.now())
     action = _action(request)
     content_type = request.META.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
     if content_type not in _JSON_TYPES:
