@@ -21,3 +21,5 @@ class BrokerConfig(AppConfig):
         django_checks.register(checks.open_api, django_checks.Tags.security, deploy=True)
         django_checks.register(checks.secret_key_set, django_checks.Tags.security, deploy=True)
         django_checks.register(checks.sqs_credentials_unused, django_checks.Tags.security)
+        django_checks.register(checks.settings_valid)
+        django_checks.register(checks.body_limits)

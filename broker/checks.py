@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 
-from contract.conf import broker_settings
+from contract.conf import DEFAULTS, broker_settings
+from contract.limits import SQS_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -79,3 +81,80 @@ def require_secret_key() -> None:
     a key, and finding out at start beats a 500 on the first admin page."""
     if _secret_key_missing():
         raise ImproperlyConfigured(MISSING_KEY_MESSAGE)
+
+
+# What each BROKER_* setting must be when a project's settings give it (contract/conf.py has the
+# defaults): (type, least) for whole numbers, a type for the others; "texts" is a list or tuple of
+# strings. A string where a list belongs would be read one character at a time: BROKER_API_TOKENS
+# = "secret" would let in anyone sending "s".
+_WHOLE = {
+    "BROKER_SWEEP_INTERVAL_MS": 1,
+    "BROKER_RETRY_BASE_MS": 0,
+    "BROKER_RETRY_MAX_MS": 0,
+    "BROKER_OUTAGE_GRACE_MS": 0,
+    "BROKER_HISTORY_MINUTES": 0,
+    "BROKER_HISTORY_HOURS": 0,
+    "BROKER_MAX_SCHEDULES": 0,
+    "BROKER_MAX_BODY_BYTES": 1,
+    "BROKER_SQLITE_POLL_MS": 1,
+    "BROKER_DB_RECONNECT_MS": 1,
+}
+_TEXTS = (
+    "BROKER_API_TOKENS",
+    "BROKER_TASKS_ALLOWED",
+    "BROKER_WORKER_HANDLERS",
+    "BROKER_FETCH_ALLOWED_NETWORKS",
+)
+
+
+def _setting_problem(name: str, value: Any) -> str | None:
+    if name in _WHOLE:
+        least = _WHOLE[name]
+        if type(value) is not int or value < least:
+            return f"a whole number of at least {least}"
+    elif name in _TEXTS:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            return 'a list of strings (["a", "b"]), not one string'
+    elif name == "BROKER_SQS_CREDENTIALS":
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()
+        ):
+            return 'a dict {"access key id": "secret", ...}'
+    elif name == "BROKER_RETENTION":
+        if not isinstance(value, timedelta) or value < timedelta(0):
+            return "a datetime.timedelta (timedelta(0): kept forever)"
+    return None
+
+
+def settings_valid(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """broker.E002: a BROKER_* setting given in a shape the broker cannot use."""
+    problems = []
+    for name in DEFAULTS:
+        if not hasattr(settings, name):
+            continue  # the default (contract/conf.py)
+        value = getattr(settings, name)
+        wanted = _setting_problem(name, value)
+        if wanted:
+            problems.append(
+                Error(f"{name} must be {wanted}; it is {value!r:.80}.", id="broker.E002")
+            )
+    return problems
+
+
+def body_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """broker.W003: Django's own body cap below what the broker accepts: such requests would be
+    refused by Django (a 400) rather than served."""
+    cap = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    needed = broker_settings.BROKER_MAX_BODY_BYTES
+    if isinstance(needed, int) and cap is not None and cap < max(needed, SQS_MAX_REQUEST_BYTES):
+        return [
+            Warning(
+                f"DATA_UPLOAD_MAX_MEMORY_SIZE ({cap}) is below what the broker accepts "
+                f"(BROKER_MAX_BODY_BYTES {needed}, SQS requests up to {SQS_MAX_REQUEST_BYTES}): "
+                "larger bodies would be refused with a 400.",
+                hint=f"Set DATA_UPLOAD_MAX_MEMORY_SIZE = {max(needed, SQS_MAX_REQUEST_BYTES)} "
+                "(or more) in your settings.",
+                id="broker.W003",
+            )
+        ]
+    return []

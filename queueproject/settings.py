@@ -55,7 +55,7 @@ SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if BROKE
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
-CSRF_FAILURE_VIEW = "queueproject.urls.csrf_failure"  # JSON, as every error
+CSRF_FAILURE_VIEW = "broker.api.errors.csrf_failure"  # JSON, as every error
 SILENCED_SYSTEM_CHECKS: list[str] = []
 if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
     # security.W021 (no HSTS preload): joining browsers' preload list is the domain owner's

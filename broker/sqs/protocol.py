@@ -110,7 +110,7 @@ def _call(
     parking: Slot | None,
 ) -> Call:
     return Call(
-        body=body, base_url=_base_url(request), path_queue=queue_name, worker=worker,
+        body=body, base_url=_base_url(request, queue_name), path_queue=queue_name, worker=worker,
         gone=socket_gone(request.META.get("gunicorn.socket")), parking=parking,
     )  # fmt: skip
 
@@ -141,8 +141,14 @@ def _body(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def _base_url(request: HttpRequest) -> str:
+def _base_url(request: HttpRequest, queue_name: str | None) -> str:
+    """scheme://host, and the path before /sqs: a project of yours may route the broker's URLs
+    under a prefix (/queue/sqs), and queue URLs must lead back through it."""
+    path = request.path.rstrip("/")
+    if queue_name and path.endswith(f"/{queue_name}"):
+        path = path[: -len(queue_name) - 1]
+    prefix = path[: -len(limits.PATH)] if path.endswith(limits.PATH) else ""
     try:
-        return f"{request.scheme}://{request.get_host()}"
+        return f"{request.scheme}://{request.get_host()}{prefix}"
     except DisallowedHost:
         raise errors.InvalidAddress("The Host header names a host not in ALLOWED_HOSTS.") from None

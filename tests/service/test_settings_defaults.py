@@ -1,0 +1,92 @@
+"""Every BROKER_* setting has its default inside the app (contract/conf.py): a project whose
+settings name none of them runs the broker (API.md, "Your Django project"); a change made by
+override_settings is seen at once; the system checks refuse shapes the broker cannot use."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+import broker
+from broker import checks
+from broker.models import Task
+from contract.conf import DEFAULTS, broker_settings
+
+
+@pytest.fixture
+def no_broker_settings(settings):
+    """The project's settings without any BROKER_* name, as in a project of yours."""
+    for name in DEFAULTS:
+        if hasattr(django_settings, name):
+            delattr(settings, name)
+    # Deleting a setting sends no setting_changed signal (Django's nor pytest-django's).
+    broker_settings.reload()
+    yield settings
+    broker_settings.reload()  # before the settings fixture puts them back, nothing read since
+
+
+def test_every_default__read_when_the_project_names_none(no_broker_settings) -> None:
+    for name, default in DEFAULTS.items():
+        assert not hasattr(django_settings, name)
+        assert getattr(broker_settings, name) == default, name
+
+
+@pytest.mark.django_db
+def test_enqueue__in_a_project_without_broker_settings(no_broker_settings) -> None:
+    # It raised AttributeError: 'Settings' object has no attribute 'BROKER_MAX_BODY_BYTES'.
+    task_id = broker.enqueue({"n": 1}, queue="mail")
+    assert Task.objects.get(pk=task_id).queue == "mail"
+
+
+def test_override__seen_at_once_and_undone(settings) -> None:
+    assert broker_settings.BROKER_MAX_BODY_BYTES == django_settings.BROKER_MAX_BODY_BYTES
+    settings.BROKER_MAX_BODY_BYTES = 1234
+    assert broker_settings.BROKER_MAX_BODY_BYTES == 1234
+    settings.BROKER_MAX_BODY_BYTES = 99
+    assert broker_settings.BROKER_MAX_BODY_BYTES == 99
+
+
+def test_unknown_name__attribute_error() -> None:
+    with pytest.raises(AttributeError):
+        _ = broker_settings.BROKER_NO_SUCH_THING
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("BROKER_API_TOKENS", "secret"),  # read one character at a time: "s" would be a token
+        ("BROKER_API_TOKENS", ["ok", 3]),
+        ("BROKER_MAX_BODY_BYTES", "262144"),
+        ("BROKER_MAX_BODY_BYTES", 0),
+        ("BROKER_RETRY_BASE_MS", -1),
+        ("BROKER_RETRY_MAX_MS", True),
+        ("BROKER_RETENTION", "7d"),
+        ("BROKER_SQS_CREDENTIALS", ["AK:SK"]),
+        ("BROKER_WORKER_HANDLERS", "myapp.jobs"),
+    ],
+)
+def test_check__a_setting_the_broker_cannot_use__error(settings, name: str, value) -> None:
+    setattr(settings, name, value)
+    found = checks.settings_valid()
+    assert [m.id for m in found] == ["broker.E002"]
+    assert name in found[0].msg
+    with pytest.raises(SystemCheckError, match=r"broker\.E002"):
+        call_command("check")
+
+
+def test_check__the_bundled_settings_and_good_values_pass(settings) -> None:
+    assert checks.settings_valid() == []
+    settings.BROKER_API_TOKENS = ("a", "b")
+    settings.BROKER_RETENTION = timedelta(0)
+    settings.BROKER_SQS_CREDENTIALS = {"AK": "SK"}
+    assert checks.settings_valid() == []
+
+
+def test_check__django_body_cap_below_the_brokers__warning(settings) -> None:
+    assert checks.body_limits() == []
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # Django's default, below SQS's 3 MiB
+    assert [m.id for m in checks.body_limits()] == ["broker.W003"]
