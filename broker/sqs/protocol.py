@@ -9,7 +9,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import DisallowedHost
+from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -85,7 +86,13 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
         raise errors.RequestEntityTooLarge(
             f"The request body is over the {limits.MAX_REQUEST_BYTES}-byte limit."
         )
-    body = request.body
+    try:
+        body = request.body
+    except RequestDataTooBig:  # a project's DATA_UPLOAD_MAX_MEMORY_SIZE below SQS's limit
+        raise errors.RequestEntityTooLarge(
+            f"The request body is over this server's {settings.DATA_UPLOAD_MAX_MEMORY_SIZE}-byte"
+            " limit (DATA_UPLOAD_MAX_MEMORY_SIZE)."
+        ) from None
     if len(body) < length:
         # The client hung up mid-body: what arrived may parse, but it is not what was sent.
         raise errors.SerializationException("The request body ended before its Content-Length.")

@@ -163,3 +163,17 @@ def test_dashboard__for_the_projects_staff() -> None:
     assert client.get("/queue/dashboard/data.json").status_code == 200
     assert client.get("/queue/dashboard")["Location"] == "dashboard/"
     assert client.get("/admin/broker/task/").status_code == 200
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
+def test_sqs_body_over_the_projects_django_cap__413_not_500() -> None:
+    # Django's own cap (2.5 MiB by default) is below SQS's 3 MiB: it raised RequestDataTooBig,
+    # which the endpoint answered as an internal failure (500).
+    r = Client().post(
+        "/queue/sqs",
+        json.dumps({"QueueName": "q" * 10, "Attributes": {"x": "y" * 2000}}),
+        content_type="application/x-amz-json-1.0",
+        headers={"X-Amz-Target": "AmazonSQS.CreateQueue"},
+    )
+    assert r.status_code == 413, r.content
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in json.loads(r.content)["message"]

@@ -88,5 +88,7 @@ def test_check__the_bundled_settings_and_good_values_pass(settings) -> None:
 
 def test_check__django_body_cap_below_the_brokers__warning(settings) -> None:
     assert checks.body_limits() == []
-    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # Django's default, below SQS's 3 MiB
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # Django's default
+    assert checks.body_limits() == []
+    settings.BROKER_MAX_BODY_BYTES = 4_000_000
     assert [m.id for m in checks.body_limits()] == ["broker.W003"]
