@@ -23,3 +23,4 @@ class BrokerConfig(AppConfig):
         django_checks.register(checks.sqs_credentials_unused, django_checks.Tags.security)
         django_checks.register(checks.settings_valid)
         django_checks.register(checks.body_limits)
+        django_checks.register(checks.sqlite_immediate, django_checks.Tags.database, deploy=True)

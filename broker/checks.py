@@ -157,3 +157,26 @@ def body_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def sqlite_immediate(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """broker.W004 (deploy): the broker on SQLite without IMMEDIATE transactions. Claims and
+    enqueues read, then write: two at once in SQLite's default (deferred) mode meet as a lock
+    upgrade that fails ("database is locked", answered 503) instead of waiting its turn."""
+    return sqlite_warnings(settings.DATABASES.get("default", {}))
+
+
+def sqlite_warnings(database: dict[str, Any]) -> list[CheckMessage]:
+    if database.get("ENGINE") != "django.db.backends.sqlite3":
+        return []
+    if str(database.get("OPTIONS", {}).get("transaction_mode", "")).upper() == "IMMEDIATE":
+        return []
+    return [
+        Warning(
+            "The broker's SQLite database does not use IMMEDIATE transactions: concurrent "
+            "claims and enqueues can fail with 'database is locked' (a 503).",
+            hint='Set DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", '
+            '"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}, or use PostgreSQL.',
+            id="broker.W004",
+        )
+    ]

@@ -8,8 +8,9 @@ import json
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 from django.test import Client, override_settings
+from django.urls import resolve
 
 from broker import queue
 from broker.models import Task
@@ -48,6 +49,14 @@ def test_enqueue_claim_ack__under_the_prefix() -> None:
     assert client.get(f"/queue/jobs/{task_id}").json()["state"] == "done"
     assert client.get("/queue/stats").status_code == 200
     assert client.get("/queue/healthz").json() == {"status": "ok"}
+
+
+def test_api_views__outside_a_projects_atomic_requests_and_login_requirement() -> None:
+    # A claim in ATOMIC_REQUESTS' transaction would hold its row lock until the answer is sent.
+    for path in ("/queue/jobs/next", "/queue/jobs", "/queue/jobs/1/ack", "/queue/sqs", "/queue/x"):
+        view = resolve(path).func
+        assert view._non_atomic_requests == {DEFAULT_DB_ALIAS}, path
+        assert view.login_required is False, path
 
 
 def test_metrics_and_types__under_the_prefix() -> None:

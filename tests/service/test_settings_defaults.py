@@ -92,3 +92,12 @@ def test_check__django_body_cap_below_the_brokers__warning(settings) -> None:
     assert checks.body_limits() == []
     settings.BROKER_MAX_BODY_BYTES = 4_000_000
     assert [m.id for m in checks.body_limits()] == ["broker.W003"]
+
+
+def test_check__sqlite_without_immediate_transactions__deploy_warning() -> None:
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"}
+    assert [m.id for m in checks.sqlite_warnings(sqlite)] == ["broker.W004"]
+    immediate = {**sqlite, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+    assert checks.sqlite_warnings(immediate) == []
+    assert checks.sqlite_warnings({"ENGINE": "django.db.backends.postgresql"}) == []
+    assert checks.sqlite_immediate() == []  # the bundled project's settings, either database
