@@ -186,3 +186,19 @@ def test_sqs_body_over_the_projects_django_cap__413_not_500() -> None:
     )
     assert r.status_code == 413, r.content
     assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in json.loads(r.content)["message"]
+
+
+def test_page_guard__added_to_a_projects_middleware__guards_its_admin() -> None:
+    middleware = [
+        "django.middleware.security.SecurityMiddleware",
+        "broker.api.middleware.PageGuardMiddleware",
+        *HOST_PROJECT["MIDDLEWARE"][1:],
+    ]
+    with override_settings(MIDDLEWARE=middleware):
+        client = Client()
+        staff = User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+        client.force_login(staff)
+        assert_json_error(client.get("/admin/broker/task/?q=%00"), 400)
+        assert client.get("/admin/broker/task/").status_code == 200
+        assert client.get("/elsewhere?q=%00").status_code == 404  # the project's own paths
+        assert post(client, "/queue/jobs", {"payload": {}}).status_code == 201

@@ -101,3 +101,11 @@ def test_check__sqlite_without_immediate_transactions__deploy_warning() -> None:
     assert checks.sqlite_warnings(immediate) == []
     assert checks.sqlite_warnings({"ENGINE": "django.db.backends.postgresql"}) == []
     assert checks.sqlite_immediate() == []  # the bundled project's settings, either database
+
+
+def test_docs__every_setting_listed_with_its_default() -> None:
+    from tests.procs import ROOT
+
+    page = (ROOT / "docs" / "django.md").read_text()
+    for name in DEFAULTS:
+        assert f"| `{name}`" in page or f"`{name}` |" in page or f"/ `{name}`" in page, name
