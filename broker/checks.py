@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from datetime import timedelta
 from typing import Any
@@ -180,3 +181,58 @@ def sqlite_warnings(database: dict[str, Any]) -> list[CheckMessage]:
             id="broker.W004",
         )
     ]
+
+
+def _reachable_from_others(bind: str) -> bool:
+    """Whether a gunicorn bind ("127.0.0.1:8080", "[::]:8080", "0.0.0.0:80", "unix:/run/b.sock")
+    listens beyond this machine's loopback."""
+    if bind.startswith(("unix:", "fd://")):
+        return False
+    host = bind.rsplit(":", 1)[0] if ":" in bind else bind
+    host = host.strip("[]")
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True  # a host name other than localhost: assume others reach it
+
+
+def exposure(binds: list[str], *, debug: bool, tokens: bool) -> list[str]:
+    """What the web server should say at start when it listens where others reach it: DEBUG on
+    (broker.W005) or the API open (broker.W006). Nothing on loopback: that is development."""
+    exposed = [b for b in binds if _reachable_from_others(b)]
+    if not exposed:
+        return []
+    where = ", ".join(exposed)
+    said = []
+    if debug:
+        said.append(
+            f"DEBUG is on while listening on {where}: error pages show settings and code to "
+            "anyone who reaches them, and without SECRET_KEY set the development key is public "
+            "(broker.W005). Set DEBUG=False and SECRET_KEY, or listen on 127.0.0.1."
+        )
+    if not tokens:
+        said.append(
+            f"BROKER_API_TOKENS is empty while listening on {where}: anyone who reaches it can "
+            "enqueue, claim, cancel and read tasks (broker.W006). Set BROKER_API_TOKENS, or "
+            "listen on 127.0.0.1."
+        )
+    return said
+
+
+def exposure_now(binds: list[str]) -> list[str]:
+    """exposure() with this process's settings; nothing when Django's settings cannot be read."""
+    try:
+        return exposure(
+            binds, debug=bool(settings.DEBUG), tokens=bool(broker_settings.BROKER_API_TOKENS)
+        )
+    except ImproperlyConfigured:
+        return []
+
+
+def warn_exposed(server: Any) -> None:
+    """gunicorn's when_ready hook (queueproject/gunicorn_conf.py): exposure_now() of the addresses
+    it listens on, whatever -b or BROKER_BIND said, as warnings in gunicorn's log."""
+    for line in exposure_now(list(server.cfg.bind)):
+        server.log.warning(line)

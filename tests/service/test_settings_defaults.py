@@ -4,6 +4,7 @@ override_settings is seen at once; the system checks refuse shapes the broker ca
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -15,6 +16,7 @@ import broker
 from broker import checks
 from broker.models import Task
 from contract.conf import DEFAULTS, broker_settings
+from tests.procs import python
 
 
 @pytest.fixture
@@ -109,3 +111,70 @@ def test_docs__every_setting_listed_with_its_default() -> None:
     page = (ROOT / "docs" / "django.md").read_text()
     for name in DEFAULTS:
         assert f"| `{name}`" in page or f"`{name}` |" in page or f"/ `{name}`" in page, name
+
+
+@pytest.mark.parametrize(
+    ("bind", "reachable"),
+    [
+        ("127.0.0.1:8080", False),
+        ("127.0.0.2:8080", False),
+        ("[::1]:8080", False),
+        ("localhost:8080", False),
+        ("unix:/run/broker.sock", False),
+        ("0.0.0.0:8080", True),
+        ("[::]:8080", True),
+        ("10.1.2.3:80", True),
+        ("broker.internal:8080", True),
+    ],
+)
+def test_exposure__only_beyond_loopback(bind: str, reachable: bool) -> None:
+    said = checks.exposure([bind], debug=True, tokens=False)
+    assert [("W005" in s, "W006" in s) for s in said] == (
+        [(True, False), (False, True)] if reachable else []
+    )
+    assert checks.exposure([bind], debug=False, tokens=True) == []
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def warning(self, line: str) -> None:
+        self.lines.append(line)
+
+
+class _Server:
+    """What gunicorn's when_ready hook is given and warn_exposed uses of it."""
+
+    def __init__(self, binds: list[str]) -> None:
+        self.cfg = type("Cfg", (), {"bind": binds})()
+        self.log = _Log()
+
+
+def test_warn_exposed__with_the_binds_gunicorn_listens_on(settings) -> None:
+    settings.DEBUG, settings.BROKER_API_TOKENS = False, []
+    public, local = _Server(["0.0.0.0:8080"]), _Server(["127.0.0.1:8080"])
+    checks.warn_exposed(public)
+    checks.warn_exposed(local)
+    assert len(public.log.lines) == 1 and "broker.W006" in public.log.lines[0]
+    assert "0.0.0.0:8080" in public.log.lines[0]
+    assert local.log.lines == []
+    settings.BROKER_API_TOKENS = ["t"]
+    quiet = _Server(["0.0.0.0:8080"])
+    checks.warn_exposed(quiet)
+    assert quiet.log.lines == []
+
+
+def test_gunicorn_conf__when_ready_is_the_hook() -> None:
+    # In a fresh interpreter: importing the configuration patches gunicorn's error pages.
+    code = (
+        "import django, os, runpy; os.environ['DJANGO_SETTINGS_MODULE'] = 'queueproject.settings';"
+        " django.setup(); root = runpy.run_path('gunicorn.conf.py');"
+        " from queueproject import gunicorn_conf;"
+        " hook = gunicorn_conf.when_ready;"
+        " print(hook.__module__, 'warn_exposed' in hook.__code__.co_names,"
+        " root['when_ready'] is hook)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    shown = python(code, env).stdout.split()
+    assert shown == ["queueproject.gunicorn_conf", "True", "True"]
