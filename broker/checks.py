@@ -127,8 +127,17 @@ def _setting_problem(name: str, value: Any) -> str | None:
 
 
 def settings_valid(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """broker.E002: a BROKER_* setting given in a shape the broker cannot use."""
+    """broker.E002: a BROKER_* setting given in a shape the broker cannot use; broker.E003:
+    USE_TZ off (the broker's times are aware UTC ones: leases, delays, the API's timestamps)."""
     problems = []
+    if not settings.USE_TZ:
+        problems.append(
+            Error(
+                "USE_TZ is False: the broker keeps and compares aware UTC times.",
+                hint="Set USE_TZ = True (startproject's default).",
+                id="broker.E003",
+            )
+        )
     for name in DEFAULTS:
         if not hasattr(settings, name):
             continue  # the default (contract/conf.py)

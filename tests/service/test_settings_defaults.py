@@ -80,6 +80,11 @@ def test_check__a_setting_the_broker_cannot_use__error(settings, name: str, valu
         call_command("check")
 
 
+def test_check__use_tz_off__error(settings) -> None:
+    settings.USE_TZ = False
+    assert [m.id for m in checks.settings_valid()] == ["broker.E003"]
+
+
 def test_check__the_bundled_settings_and_good_values_pass(settings) -> None:
     assert checks.settings_valid() == []
     settings.BROKER_API_TOKENS = ("a", "b")
