@@ -31,7 +31,7 @@ def guarded(view: View, *, open_path: bool = False, sqs: bool = False) -> View:
         try:
             request.get_host()  # a Host not in ALLOWED_HOSTS: 400 (DNS rebinding)
             refused = None if sqs else api_refusal(request, open_path)
-            response = refused or view(request, *args, **kwargs)
+            response = refused if refused is not None else view(request, *args, **kwargs)
             if response.status_code >= 400 and not getattr(response, "is_rendered", True):
                 response.render()  # DRF's answer, rendered later by Django: its type is known now
         except Exception as exc:  # not broker.parking's Parked, a BaseException
