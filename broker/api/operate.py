@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from broker import queues, schedules
 from broker.api import parsing
-from broker.api.base import BrokerView
+from broker.api.base import BrokerView, under
 from broker.api.errors import ValidationFailed
 from broker.api.representation import timestamp
 from broker.models import Schedule
@@ -100,7 +100,7 @@ class SchedulesView(BrokerView):
             access.require(request, "manage", name)
         schedule = _checked(schedules.create, body)
         return Response(
-            schedule_body(schedule), status=201, headers={"Location": f"/schedules/{schedule.name}"}
+            schedule_body(schedule), status=201, headers={"Location": under(request, schedule.name)}
         )
 
     def get(self, request: Request) -> Response:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import DisallowedHost
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -22,6 +22,7 @@ from broker.sqs import errors, limits, queues, receiving, sending, sigv4
 from broker.sqs.params import Call
 from broker.tokens import auth, sqskeys
 from broker.tokens.grants import FULL
+from contract.conf import broker_settings
 from contract.limits import whole_number
 
 log = logging.getLogger(__name__)
@@ -87,14 +88,20 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
         raise errors.RequestEntityTooLarge(
             f"The request body is over the {limits.MAX_REQUEST_BYTES}-byte limit."
         )
-    body = request.body
+    try:
+        body = request.body
+    except RequestDataTooBig:  # a project's DATA_UPLOAD_MAX_MEMORY_SIZE below SQS's limit
+        raise errors.RequestEntityTooLarge(
+            f"The request body is over this server's {settings.DATA_UPLOAD_MAX_MEMORY_SIZE}-byte"
+            " limit (DATA_UPLOAD_MAX_MEMORY_SIZE)."
+        ) from None
     if len(body) < length:
         # The client hung up mid-body: what arrived may parse, but it is not what was sent.
         raise errors.SerializationException("The request body ended before its Content-Length.")
     key_id = None
     grants = FULL
     if auth.closed():
-        keys = sqskeys.Credentials(settings.BROKER_SQS_CREDENTIALS)
+        keys = sqskeys.Credentials(broker_settings.BROKER_SQS_CREDENTIALS)
         key_id = sigv4.verify(request, body, keys, timezone.now())  # type: ignore[arg-type]
         grants = keys.access_of(key_id)
     action = _action(request)
@@ -118,7 +125,7 @@ def _call(
     parking: Slot | None,
 ) -> Call:
     return Call(
-        body=body, base_url=_base_url(request), path_queue=queue_name, worker=worker,
+        body=body, base_url=_base_url(request, queue_name), path_queue=queue_name, worker=worker,
         gone=socket_gone(request.META.get("gunicorn.socket")), parking=parking,
     )  # fmt: skip
 
@@ -149,8 +156,14 @@ def _body(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def _base_url(request: HttpRequest) -> str:
+def _base_url(request: HttpRequest, queue_name: str | None) -> str:
+    """scheme://host, and the path before /sqs: a project of yours may route the broker's URLs
+    under a prefix (/queue/sqs), and queue URLs must lead back through it."""
+    path = request.path.rstrip("/")
+    if queue_name and path.endswith(f"/{queue_name}"):
+        path = path[: -len(queue_name) - 1]
+    prefix = path[: -len(limits.PATH)] if path.endswith(limits.PATH) else ""
     try:
-        return f"{request.scheme}://{request.get_host()}"
+        return f"{request.scheme}://{request.get_host()}{prefix}"
     except DisallowedHost:
         raise errors.InvalidAddress("The Host header names a host not in ALLOWED_HOSTS.") from None

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from broker.tokens.grants import FULL, Access, Grant, GrantError, parse_all
+from contract.conf import broker_settings
 
 REFRESH_S = 1.0
 LAST_USED_EVERY_S = 60.0
@@ -147,7 +147,7 @@ def bump() -> None:
 def closed() -> bool:
     """Whether the API needs a token: BROKER_API_TOKENS is set or a database token exists
     (revoked and expired ones included)."""
-    if settings.BROKER_API_TOKENS:
+    if broker_settings.BROKER_API_TOKENS:
         return True
     _cache.refresh()
     return _cache.any_tokens
@@ -204,7 +204,7 @@ def note_use(entry: _Entry) -> None:
 def authenticate(header: str) -> Access | None:
     """The Access of a request's Authorization header; None when it must be refused (401)."""
     given = bearer(header)
-    env = settings.BROKER_API_TOKENS
+    env = broker_settings.BROKER_API_TOKENS
     if given is not None:
         if env and _env_token_ok(given, env):
             return FULL
