@@ -161,9 +161,9 @@ def claim_wait(
     deadline = time.monotonic() + wait_ms / 1000
     if gone():
         return []
-    # For `waiting`'s no_workers: a statement at most once a second. A token's patterns count
-    # as a claim of every queue.
-    claim_log.seen(queues if not isinstance(queues, QueuePatterns) else None)
+    # For `waiting`'s no_workers: a statement at most once a second. A token's patterns are
+    # noted as such (broker.claimers.workers_seen matches them).
+    claim_log.seen(list(queues.globs) if isinstance(queues, QueuePatterns) else queues)
     if parking is not None and wait_ms > 0:
         # Park first, then look once: a task made ready before the look is found by it, one
         # after wakes the parked claim. One claim query to open an idle poll, not two; parking

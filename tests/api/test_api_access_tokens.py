@@ -426,3 +426,13 @@ def test_createtoken_sqs__key_lines_then_the_secret_last() -> None:
     assert key_line == f"AWS_ACCESS_KEY_ID={row.sqs_key_id}"
     assert making.decrypt(row.sqs_secret_encrypted) == secret_line.partition("=")[2]
     assert row.secret_hash == hashlib.sha256(token_line.encode()).hexdigest()
+
+
+def test_waiting__a_patterned_workers_polls_count_for_its_queues_only() -> None:
+    worker = token("consume:tenant-a.*", name="w")
+    ops = token("all:*", name="ops")
+    mine = [enqueue(ops, "tenant-a.x") for _ in range(2)]
+    theirs = enqueue(ops, "tenant-b.x")
+    assert call("get", "/jobs/next?wait_ms=0", worker).json()["task"]["id"] == mine[0]
+    assert call("get", f"/jobs/{mine[1]}", ops).json()["waiting"]["reason"] == "queued"
+    assert call("get", f"/jobs/{theirs}", ops).json()["waiting"]["reason"] == "no_workers"
