@@ -15,7 +15,7 @@ from broker.api.errors import ValidationFailed
 from broker.api.representation import timestamp
 from broker.models import Schedule
 from broker.tokens import access
-from contract.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from contract.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, QUEUE_RE
 
 
 class QueuesView(BrokerView):
@@ -78,7 +78,7 @@ def job_queue(job: Any) -> str | None:
     """The queue a schedule's job (its enqueue body) names; None when it names none that
     could be one (the body's own check then answers 400)."""
     queue = job.get("queue", "default") if isinstance(job, dict) else "default"
-    return queue if isinstance(queue, str) else None
+    return queue if isinstance(queue, str) and QUEUE_RE.fullmatch(queue) else None
 
 
 def _require_schedule(request: Request, schedule: Schedule) -> None:
