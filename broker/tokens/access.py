@@ -6,6 +6,11 @@ functions here; `"read:*"` (the action on every queue) is checked before the vie
 without a declaration is refused. A refusal is a 403 naming the action and the queue, except
 where it would tell a token of another tenant's task: a task or workflow in queues none of its
 grants names is answered exactly as an unknown id (404; in `after`, a 400).
+
+Routes of the contract not served yet declare theirs when they come (a test generated from the
+URL configuration fails for a method without one): `POST /events` "produce" (an event releases
+only tasks of queues its token may produce to), `GET /events` "read:*", `POST /jobs/{id}/wait`
+"consume" (`require_task`, as ack).
 """
 
 from __future__ import annotations
