@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import threading
 import time
@@ -19,12 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from broker.tokens.grants import FULL, Access, Grant, GrantError, parse_all
 from contract.conf import broker_settings
+
+log = logging.getLogger(__name__)
 
 REFRESH_S = 1.0
 LAST_USED_EVERY_S = 60.0
@@ -62,18 +65,30 @@ class _Cache:
         return bool(self.generation and self.generation[0])
 
     def refresh(self) -> None:
-        """Revalidate when older than REFRESH_S: one aggregate query."""
+        """Revalidate when older than REFRESH_S: one query. While the database cannot be reached
+        what was known stays (a parked claim waits out a failover, as without tokens); never
+        known, the database's error goes up (a 503)."""
         now = time.monotonic()
         if now - self.checked < REFRESH_S:
             return
         from broker.models import AccessToken, TokenGeneration
+        from broker.wakeup import hub
 
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT (SELECT count(*) FROM {AccessToken._meta.db_table}),"  # noqa: S608
-                f" (SELECT n FROM {TokenGeneration._meta.db_table} WHERE id = 1)"
-            )
-            tokens, n = cursor.fetchone()
+        if hub.away and self.generation is not None:
+            return  # a query would wait for a connection the pool cannot make
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT (SELECT count(*) FROM {AccessToken._meta.db_table}),"  # noqa: S608
+                    f" (SELECT n FROM {TokenGeneration._meta.db_table} WHERE id = 1)"
+                )
+                tokens, n = cursor.fetchone()
+        except DatabaseError:
+            if self.generation is None or connection.in_atomic_block:
+                raise
+            log.warning("access tokens not revalidated: the database cannot be reached")
+            self.checked = now
+            return
         generation = (int(tokens), int(n or 0))
         with self.lock:
             if generation != self.generation:
@@ -197,8 +212,16 @@ def note_use(entry: _Entry) -> None:
     entry.used_written = now
     from broker.models import AccessToken
 
-    # Not changed_at: a use is no change the other processes must revalidate for.
-    AccessToken.objects.filter(pk=entry.token_id).update(last_used_at=timezone.now())
+    # Not changed_at: a use is no change the other processes must revalidate for. A use is
+    # not worth a failed request: unwritten while the database is away.
+    try:
+        AccessToken.objects.filter(pk=entry.token_id).update(last_used_at=timezone.now())
+    except DatabaseError:
+        if connection.in_atomic_block:
+            raise
+        log.warning(
+            "last use of token %s not written: the database cannot be reached", entry.token_id
+        )
 
 
 def authenticate(header: str) -> Access | None:

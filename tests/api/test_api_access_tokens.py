@@ -436,3 +436,29 @@ def test_waiting__a_patterned_workers_polls_count_for_its_queues_only() -> None:
     assert call("get", "/jobs/next?wait_ms=0", worker).json()["task"]["id"] == mine[0]
     assert call("get", f"/jobs/{mine[1]}", ops).json()["waiting"]["reason"] == "queued"
     assert call("get", f"/jobs/{theirs}", ops).json()["waiting"]["reason"] == "no_workers"
+
+
+def test_database_away__known_tokens_still_checked__unknown_state_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import OperationalError
+
+    secret = token("all:*", name="k")
+    assert call("get", "/stats", secret).status_code == 200  # known: generation and the token
+
+    class Away:
+        in_atomic_block = False
+
+        def cursor(self) -> Any:
+            raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(auth, "connection", Away())
+    monkeypatch.setattr(auth, "REFRESH_S", 0.0)
+    # A parked claim's next look, a failover: what was known stays; no 503 from the token check.
+    assert auth.authenticate(f"Bearer {secret}") is not None
+    assert auth.authenticate("") is None  # still closed
+    auth.invalidate()
+    with auth._cache.lock:
+        auth._cache.generation = None
+    with pytest.raises(OperationalError):
+        auth.closed()
