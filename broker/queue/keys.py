@@ -6,7 +6,8 @@
   task, and the move that finishes that one (ack, nack or reclaim to dead, cancel: any end)
   clears it, in the same transaction, as a release clears `after` (broker.queue.dependencies).
   The claim indexes hold only tasks without `key_wait`, so claims never see a task whose turn
-  has not come, and a key's backlog costs them nothing.
+  has not come, and a key's backlog costs them nothing. Turned on over a busy queue (order()):
+  the tasks there line up, those handed out first, behind the queue's gate (GATE).
 - `fair` and `key_max_in_flight`: decided when claiming (broker.queue.keyclaims), under the
   queue's row lock.
 
