@@ -7,7 +7,7 @@
   clears it, in the same transaction, as a release clears `after` (broker.queue.dependencies).
   The claim indexes hold only tasks without `key_wait`, so claims never see a task whose turn
   has not come, and a key's backlog costs them nothing. Turned on over a busy queue (order()):
-  the tasks there line up, those handed out first, behind the queue's gate (GATE).
+  the tasks there line up, those handed out first, behind the queue's switch lock (SWITCH_LOCK).
 - `fair` and `key_max_in_flight`: decided when claiming (broker.queue.keyclaims), under the
   queue's row lock.
 
@@ -48,26 +48,26 @@ _UPSERT = (
 # Whether a queue is ordered is read by each keyed enqueue (and requeue), and turning `ordered`
 # on or off lines up (or frees) the tasks already there: on PostgreSQL an enqueue in flight that
 # read the queue as unordered would commit a task that the change, which read the tasks before
-# that commit, never lined up. So each queue has a gate (an advisory lock, keyed by GATE and
-# the name's hash): every keyed enqueue takes it shared, in the statement that holds its keys'
-# rows, before it reads the setting, until its commit; a change takes it alone (gate()). A
-# change waits for the enqueues in flight, and an enqueue behind a change reads what it made.
-# SQLite needs none: its IMMEDIATE transactions take turns from BEGIN.
-GATE = 0x0B5E
-_GATED_UPSERT = (
-    "WITH gate AS MATERIALIZED (SELECT count(pg_advisory_xact_lock_shared(%s, hashtext(g)))"
+# that commit, never lined up. So each queue has a switch lock (an advisory lock keyed by
+# SWITCH_LOCK and the name's hash): every keyed enqueue takes it shared, in the statement that
+# holds its keys' rows, before it reads the setting, until its commit; a change takes it alone
+# (lock_switch()). A change waits for the enqueues in flight, and an enqueue behind a change
+# reads what it made. SQLite needs none: its IMMEDIATE transactions take turns from BEGIN.
+SWITCH_LOCK = 0x0B5E
+_LOCKED_UPSERT = (
+    "WITH switch AS MATERIALIZED (SELECT count(pg_advisory_xact_lock_shared(%s, hashtext(g)))"
     " AS n FROM (SELECT DISTINCT unnest(%s::text[]) AS g ORDER BY 1) AS o)"
     ' INSERT INTO "broker_keystate" ("queue", "key", "served_at")'
-    " SELECT v.q, v.k, v.s FROM (VALUES {rows}) AS v(q, k, s) CROSS JOIN gate"
+    " SELECT v.q, v.k, v.s FROM (VALUES {rows}) AS v(q, k, s) CROSS JOIN switch"
     ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at"'
     ' RETURNING "queue", "key", "tail"'
 )
 
 
 def hold(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
-    """Upsert and lock the KeyState rows of (queue, key) pairs, in one lock order, passing their
-    queues' gates first (PostgreSQL); each pair's tail (the last task enqueued for it in an
-    ordered queue). Call in the enqueue's transaction, before reading which queues are
+    """Upsert and lock the KeyState rows of (queue, key) pairs, in one lock order, after their
+    queues' switch locks, shared (PostgreSQL); each pair's tail (the last task enqueued for it
+    in an ordered queue). Call in the enqueue's transaction, before reading which queues are
     ordered."""
     # A new key's stamp: in the order the batch names keys (a microsecond apart), then locked
     # in one order.
@@ -80,8 +80,8 @@ def hold(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
     params: list[object] = []
     statement = _UPSERT
     if connection.vendor == "postgresql":
-        statement = _GATED_UPSERT
-        params += [GATE, sorted({queue for queue, _ in pairs})]
+        statement = _LOCKED_UPSERT
+        params += [SWITCH_LOCK, sorted({queue for queue, _ in pairs})]
     for queue, key in pairs:
         params += [queue, key, adapt(base + timedelta(microseconds=first_seen[queue, key]))]
     with connection.cursor() as cursor:
@@ -89,12 +89,13 @@ def hold(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
         return {(queue, key): tail for queue, key, tail in cursor.fetchall()}
 
 
-def gate(queue: str) -> None:
-    """Close the queue's gate (see GATE) until this transaction ends: once the keyed enqueues in
-    flight have committed. Call before reading the tasks that a change of `ordered` moves."""
+def lock_switch(queue: str) -> None:
+    """Take the queue's switch lock alone (SWITCH_LOCK) until this transaction ends: once the
+    keyed enqueues in flight have committed. Call before reading the tasks that a change of
+    `ordered` moves."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [GATE, queue])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [SWITCH_LOCK, queue])
 
 
 def unserved(appeared: datetime) -> datetime:
@@ -195,7 +196,7 @@ def order(queue: str) -> int:
     key's next task goes only once every one of them has ended (one that ends while an earlier
     one is still out hands its place over: dependencies._hand_over_turns). Then the others, in
     enqueue order. Returns how many now wait. Call in the settings change's transaction."""
-    gate(queue)  # every keyed enqueue of the queue in flight commits first (gate())
+    lock_switch(queue)  # every keyed enqueue of the queue in flight commits first
     live = Task.objects.filter(queue=queue, key__isnull=False, state__in=UNFINISHED)
     pairs = [(queue, key) for key in live.order_by().values_list("key", flat=True).distinct()]
     if not pairs:
@@ -232,7 +233,7 @@ def _line_up_saved(line: Line, rows: Sequence[Task]) -> int:
 
 def unorder(queue: str) -> int:
     """The queue stops being ordered: every task waiting for its turn is claimable at once."""
-    gate(queue)  # an enqueue in flight that read the queue as ordered commits first
+    lock_switch(queue)  # an enqueue in flight that read the queue as ordered commits first
     waiting = Task.objects.filter(queue=queue, key_wait=True)
     # The waiting tasks and those they wait for locked first, in id order, as settles lock
     # them: a settle locks its tasks, then their dependency rows, then their dependants.
