@@ -13,6 +13,7 @@ import time
 from collections import Counter, defaultdict
 
 import pytest
+from django.db import transaction
 
 from broker import queue, queues
 from broker.queue import NewTask
@@ -138,3 +139,32 @@ def test_ordered_turned_on__while_enqueued_and_claimed__one_of_a_key_at_a_time_i
         late += [(e, pk) for e in earlier if watch.ended.get(e, 1e18) > watch.started[pk]]
     assert late == [], late[:10]
     assert_invariant()
+
+
+def test_ordered_turned_on__while_an_enqueue_is_under_way__its_task_is_in_its_key_line() -> None:
+    """The race made certain: an enqueue that read the queue as not ordered commits only after
+    the PATCH has been sent (and, before the fix, answered); the key's next task still waits."""
+    read, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    first: list[int] = []
+
+    def enqueue_slowly() -> None:
+        with transaction.atomic():
+            pk, _ = queue.enqueue(NewTask(payload="1", queue=Q, key="acct-01"))
+            first.append(pk)
+            read.set()
+            go.wait(10)
+
+    slow = in_thread(enqueue_slowly, errors)
+    assert read.wait(10)
+    switch = in_thread(lambda: queues.update(Q, {"ordered": True}), errors)
+    time.sleep(0.3)  # the PATCH reaches the tasks while the enqueue is still open
+    go.set()
+    slow.join(10)
+    switch.join(10)
+    assert not errors, errors[0]
+    second, _ = queue.enqueue(NewTask(payload="2", queue=Q, key="acct-01"))
+    got = queue.claim([Q], 60_000, limit=100)
+    assert [d.task.pk for d in got] == first
+    queue.ack(first[0], lease_id=got[0].lease_id)
+    assert [d.task.pk for d in queue.claim([Q], 60_000, limit=100)] == [second]
