@@ -28,6 +28,15 @@ MAX_KEPT_ERRORS = 100
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePatterns:
+    """A claim's scope given as patterns, not names (an access token's grants, broker.tokens):
+    regular expressions over queue names, resolved against the queues with ready tasks."""
+
+    globs: tuple[str, ...]  # as granted: `*` and `?` (fnmatch)
+    regexes: tuple[str, ...]  # the same as regular expressions, for the database
+
+
+@dataclass(frozen=True, slots=True)
 class NewTask:
     """What an enqueue asks for, already validated."""
 
@@ -45,6 +54,7 @@ class NewTask:
     # broker.enqueue's run_after: the time itself (delay_ms, read off an earlier clock, is only
     # what was validated), so the task is ready at it, not milliseconds after.
     not_before: datetime | None = None
+    enqueued_by: str | None = None  # the access token's name (broker.tokens)
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,3 +202,16 @@ def test_page_guard__added_to_a_projects_middleware__guards_its_admin() -> None:
         assert client.get("/admin/broker/task/").status_code == 200
         assert client.get("/elsewhere?q=%00").status_code == 404  # the project's own paths
         assert post(client, "/queue/jobs", {"payload": {}}).status_code == 201
+
+
+def test_access_tokens__grants_under_the_prefix() -> None:
+    from broker.tokens import making
+
+    secret = making.make("tenant-a", ["all:tenant-a.*"]).secret
+    client = Client(headers={"Authorization": f"Bearer {secret}"})
+    assert_json_error(Client().get("/queue/stats"), 401)
+    r = post(client, "/queue/jobs", {"payload": 1, "queue": "tenant-a.mail"})
+    assert r.status_code == 201, r.content
+    assert client.get(f"/queue/jobs/{r.json()['id']}").json()["enqueued_by"] == "tenant-a"
+    assert_json_error(post(client, "/queue/jobs", {"payload": 1, "queue": "b"}), 403)
+    assert_json_error(client.get("/queue/metrics"), 403)
