@@ -97,6 +97,15 @@ MAX_WORKFLOW_STEPS = 1000
 MAX_WORKFLOW_NAME = 200
 REF_RULE = "[A-Za-z0-9_.-]{1,64}"
 REF_RE = re.compile(REF_RULE)
+# Unique tasks (API.md "Unique tasks, debounce and throttle").
+MAX_UNIQUE_KEY = 255
+UNIQUE_UNTIL = ("finished", "started", "period")
+DEFAULT_UNIQUE_UNTIL = "finished"
+UNIQUE_ON_CONFLICT = ("skip", "replace")
+DEFAULT_UNIQUE_ON_CONFLICT = "skip"
+MAX_UNIQUE_PERIOD_S = 7 * 24 * 3600
+MAX_DEBOUNCE_MS = MAX_DELAY_MS
+MAX_DEBOUNCE_MAX_MS = 30 * 24 * 3600 * 1000
 # How recent a claim request must be for a queue to count as having workers (`no_workers`).
 WORKERS_SEEN_S = 60
 

@@ -32,8 +32,11 @@ class EnqueueBatchView(BrokerView):
 
     def post(self, request: Request) -> Response:
         items = _items(parsing.read_object(request), "jobs")
-        ids = queue.enqueue_many(validation.new_tasks(items, "jobs"), "jobs.{}.")
-        return Response({"ids": [str(pk) for pk in ids]}, status=201)
+        ids, deduplicated = queue.enqueue_batch(validation.new_tasks(items, "jobs"), "jobs.{}.")
+        body: dict[str, Any] = {"ids": [str(pk) for pk in ids]}
+        if deduplicated:
+            body["deduplicated"] = deduplicated
+        return Response(body, status=201)
 
 
 class _Claim(NamedTuple):

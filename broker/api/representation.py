@@ -113,6 +113,7 @@ def listed_task(
         worker=task.worker,
         lease_deadline=timestamp(task.lease_deadline),
         idempotency_key=task.idempotency_key,
+        unique_key=task.unique_key,
         progress=progress(task),
     )
     return body
