@@ -321,12 +321,9 @@ def _plan(
     by_unique: dict[tuple[str, str], Task] = {}
 
     def _holding(pair: tuple[str, str], index: int) -> Task | None:
-        """An earlier item's new task or stored holder of the pair, else the stored holder of
-        this item's key by its `until`."""
-        found = by_unique.get(pair) or held.get(index)
-        if found is not None:
-            by_unique[pair] = found
-        return found
+        """The oldest holder of this item's key by its `until`: a stored task, else an earlier
+        item's new task (pending, it holds for any `until`)."""
+        return held.get(index) or by_unique.get(pair)
 
     for index, (spec, blocking) in enumerate(zip(specs, blockings, strict=True)):
         key = spec.idempotency_key
