@@ -108,8 +108,7 @@ def enqueue_answer(spec: NewTask) -> Enqueued:
         if spec.unique is None:
             pk, created = _enqueue_pg(spec, in_caller_transaction)
             return Enqueued(pk, created)
-        if spec.idempotency_key is None:
-            return _enqueue_unique_pg(spec, spec.unique, in_caller_transaction)
+        return _enqueue_unique_pg(spec, spec.unique, in_caller_transaction)
     for _ in range(3):
         try:
             with transaction.atomic():

@@ -21,9 +21,10 @@ pending task per queue and key, so two enqueues that both found no holder insert
 other's insert conflicts (ON CONFLICT DO NOTHING, or an IntegrityError) and it looks again, in a
 new snapshot that sees the winner.
 
-On PostgreSQL a unique enqueue without an idempotency key, `after` or `key` is one statement
-(STATEMENTS): find the holder, lock and absorb it if pending, else insert, with the counters and
-the NOTIFY. The rest (SQLite, and those) run `find` and `absorb` in a transaction.
+On PostgreSQL a unique enqueue without `after` or `key` is one statement (`statement`): the
+idempotency key's task if any, else find the holder, lock and absorb it if pending, else insert,
+with the counters and the NOTIFY. The rest (SQLite, and those) run `candidates`, `holder_among`
+and `absorb` in a transaction.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ _DEBOUNCED_READY = TRANSITIONS["debounce_ready"][1]
 # A moved row whose old state is this was a holder answered without change (period's done task,
 # finished's running one): it counts as deduplicated, and is no gauge.
 HELD = "held"
+KEPT = "kept"  # the task keeping the request's idempotency key answered
 DEDUPLICATED = {"deduplicated": "count(*) FILTER (WHERE o IS NOT NULL)"}
 EVENTS = ("enqueue", "enqueue_delayed", "debounce", "debounce_ready")
 
@@ -197,21 +199,33 @@ def _absorb_sets(replace: bool, debounce: bool, capped: bool) -> str:
 
 
 @functools.cache
-def statement(until: str, replace: bool, debounce: bool, capped: bool, deferred: bool) -> str:
+def statement(
+    until: str, replace: bool, debounce: bool, capped: bool, deferred: bool, idem: bool = False
+) -> str:
     """The one-statement unique enqueue; params: the new task's columns (sqlenqueue.NEW_VALUES),
     now, shard, period_s, debounce_ms, debounce_max_ms.
 
-    Rows out: (id, o, n): a new task (o NULL), an absorbed holder (o its state before) or a
-    holder left as it was (o HELD). No row: the insert lost a race; run it again.
+    Rows out: (id, o, n): a new task (o NULL), an absorbed holder (o its state before), a
+    holder left as it was (o HELD), or with `idem` the task keeping the request's idempotency
+    key (o KEPT: looked at first, a retried post). No row: the insert lost a race; run it again.
     """
     at = "%(now)s + %(debounce_ms)s * interval '1 millisecond'"
     if capped:
         at = f"least({at}, t.created_at + %(debounce_max_ms)s * interval '1 millisecond')"
     # Built from constants; every value goes as a parameter.
+    kept = (
+        "i AS (SELECT id FROM broker_task WHERE idempotency_key = %(idempotency_key)s), "
+        if idem
+        else ""
+    )
+    unkept = " AND NOT EXISTS (SELECT 1 FROM i)" if idem else ""
+    answered_kept = f" UNION ALL SELECT id, '{KEPT}', '{KEPT}', 0 FROM i" if idem else ""  # noqa: S608
+    # Any unique index: the idempotency key's too, when the request has one.
+    conflict = "ON CONFLICT DO NOTHING" if idem else UNIQUE_CONFLICT
     return (
-        "WITH h AS (SELECT id, queue FROM broker_task"  # noqa: S608
+        f"WITH {kept}h AS (SELECT id, queue FROM broker_task"  # noqa: S608
         f" WHERE unique_key = %(unique_key)s AND queue = %(queue)s AND {_holding_sql(until)}"
-        " ORDER BY id LIMIT 1)"
+        f"{unkept} ORDER BY id LIMIT 1)"
         # The holder locked, re-read (a claim that took it meanwhile has committed: then it is
         # not pending, and left alone), with its state before and its debounced time.
         f", p AS (SELECT t.id, t.state AS o, {at} AS at FROM broker_task t JOIN h ON t.id = h.id"
@@ -220,7 +234,7 @@ def statement(until: str, replace: bool, debounce: bool, capped: bool, deferred:
         " FROM p WHERE t.id = p.id RETURNING t.id, t.queue, p.o, t.state AS n)"
         f", new AS (INSERT INTO broker_task ({', '.join(NEW_COLUMNS)})"
         f" SELECT {', '.join(new_value(c) for c in NEW_COLUMNS)}"
-        f" WHERE NOT EXISTS (SELECT 1 FROM h) {UNIQUE_CONFLICT}"
+        f" WHERE NOT EXISTS (SELECT 1 FROM h){unkept} {conflict}"
         " RETURNING id, queue, NULL::text AS o, state AS n)"
         ", moved AS (SELECT id, queue, o, n FROM new UNION ALL SELECT id, queue, o, n FROM a"
         f" UNION ALL SELECT id, queue, '{HELD}', '{HELD}' FROM h WHERE NOT EXISTS"
@@ -228,7 +242,7 @@ def statement(until: str, replace: bool, debounce: bool, capped: bool, deferred:
         f", counted AS ({counted('moved', EVENTS, deferred=deferred, extra=DEDUPLICATED)})"
         f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':1') FROM moved"
         " WHERE n = 'ready' AND o IS DISTINCT FROM 'ready')"
-        " SELECT id, o, n, (SELECT count(*) FROM notified) FROM moved"
+        " SELECT id, o, n, (SELECT count(*) FROM notified) FROM moved" + answered_kept
     )
 
 
@@ -242,6 +256,7 @@ def enqueue_pg(
         unique.debounce_ms is not None,
         unique.debounce_max_ms is not None,
         deferred,
+        spec.idempotency_key is not None,
     )
     params = {
         **params,
@@ -255,6 +270,8 @@ def enqueue_pg(
     if row is None:
         return None
     pk, old, new, _ = row
+    if old == KEPT:
+        return Enqueued(pk, created=False)
     if old is None:
         observe.moved("new", new, task=pk, queue=spec.queue, attempts=0)
         return Enqueued(pk, created=True)

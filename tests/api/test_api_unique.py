@@ -322,3 +322,39 @@ def test_unique__metric_counts_deduplicated(api_client) -> None:
     post(api_client, "/jobs", job())
     text = api_client.get("/metrics").content.decode()
     assert "jobs_deduplicated_total 1.0" in text
+
+
+def _workflow(*jobs: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "wf", "steps": [{"ref": f"s{i}", "job": j} for i, j in enumerate(jobs)]}
+
+
+def test_unique_workflow__steps_carry_unique_keys(api_client, task) -> None:
+    r = post(api_client, "/workflows", _workflow({"payload": 1}, job("w1", debounce_ms=5000)))
+    assert r.status_code == 201
+    shown = task(r.json()["tasks"]["s1"])
+    assert (shown["unique_key"], shown["state"]) == ("w1", "delayed")
+    assert post(api_client, "/jobs", job("w1")).json()["id"] == r.json()["tasks"]["s1"]
+
+
+def test_unique_workflow__key_held_outside__409_naming_the_step_nothing_created(
+    api_client,
+) -> None:
+    post(api_client, "/jobs", job("w1"))
+    r = post(api_client, "/workflows", _workflow({"payload": 1}, {"payload": 2}, job("w1")))
+    assert r.status_code == 409
+    assert list(r.json()["fields"]) == ["steps.2.job.unique"]
+    assert Task.objects.count() == 1
+    assert totals(api_client)["deduplicated"] == 0
+
+
+def test_unique_workflow__key_held_by_an_earlier_step__409(api_client) -> None:
+    r = post(api_client, "/workflows", _workflow(job("w1"), {"payload": 2}, job("w1")))
+    assert r.status_code == 409
+    assert list(r.json()["fields"]) == ["steps.2.job.unique"]
+    assert Task.objects.count() == 0
+
+
+def test_unique_workflow__bad_unique__400_naming_the_step(api_client) -> None:
+    r = post(api_client, "/workflows", _workflow({"payload": 1, "unique": {"key": "k", "x": 1}}))
+    assert r.status_code == 400
+    assert "steps.0.job.unique.x" in r.json()["fields"]

@@ -83,6 +83,27 @@ def test_unique_pg__racing_enqueues__one_task_one_201(unique: dict[str, Any]) ->
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("same_idempotency_key", [False, True])
+def test_unique_pg__racing_enqueues_with_idempotency_keys__one_task(
+    same_idempotency_key: bool,
+) -> None:
+    """As the workers client sends them: each with an idempotency key of its own (or a retried
+    one, the same)."""
+
+    def send(i: int) -> tuple[int, Any]:
+        idem = "same" if same_idempotency_key else f"idem-{i}"
+        body = {"payload": i, "unique": {"key": "race"}, "idempotency_key": idem}
+        return _post(Client(), "/jobs", body)
+
+    answers = _race(send)
+    assert sorted(code for code, _ in answers) == [200] * (RACERS - 1) + [201], answers
+    assert len({body["id"] for _, body in answers}) == 1
+    assert Task.objects.count() == 1
+    deduplicated = Client().get("/stats").json()["totals"]["deduplicated"]
+    assert deduplicated == (0 if same_idempotency_key else RACERS - 1)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_unique_pg__racing_batches__one_task_per_key() -> None:
     keys = [f"k{n}" for n in range(30)]
 
