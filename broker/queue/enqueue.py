@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from broker import observe
 from broker.exceptions import InvalidTaskError
 from broker.models import Task
-from broker.queue import counters, dependencies, keys, sqlenqueue, unique
+from broker.queue import counters, dependencies, keys, sqlenqueue, sqlunique, unique
 from broker.queue.base import Enqueued, NewTask, Unique, current_time, shard
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
@@ -245,15 +246,18 @@ def enqueue_batch(specs: list[NewTask], prefix: str = "{}.") -> tuple[list[int],
     uniques = any(spec.unique is not None for spec in specs)
     waits = any(spec.after or spec.key is not None for spec in specs)
     in_caller_transaction = connection.in_atomic_block
-    if not kept and not waits and not uniques and connection.vendor == "postgresql":
-        return _enqueue_many_pg(specs, in_caller_transaction), []
+    if not waits and connection.vendor == "postgresql":
+        if uniques:
+            return _enqueue_unique_many_pg(specs, kept, in_caller_transaction)
+        if not kept:
+            return _enqueue_many_pg(specs, in_caller_transaction), []
     for _ in range(3):
         try:
             with transaction.atomic():
                 blockings: list[dependencies.Blocking | None] = [None] * len(specs)
                 if any(spec.after for spec in specs):
                     blockings = _blockings(specs, prefix)
-                plan = _plan(specs, kept, blockings)
+                plan = _plan(specs, kept, blockings, _stored_holders(specs, current_time()))
                 line = keys.line_up(plan.rows)
                 Task.objects.bulk_create(plan.rows)
                 if line is not None:
@@ -303,11 +307,53 @@ class _Plan:
         self.makers: dict[int, NewTask] = {}  # id(row) → the item that made it
 
 
+@dataclass(slots=True, eq=False)
+class _Row:
+    """A new task of a batch on PostgreSQL's path: the columns its insert reads, and what
+    unique.absorb changes (a model instance each cost more than the rest of the item)."""
+
+    state: str
+    queue: str
+    priority: int
+    type: str | None
+    payload: str
+    max_attempts: int | None
+    available_at: datetime
+    idempotency_key: str | None
+    backoff: bool
+    key: str | None
+    unique_key: str | None
+    created_at: datetime
+    updated_at: datetime
+    absorbed: int = 0
+    pk: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class _Held:
+    """A stored holder as PostgreSQL's batch path reads it."""
+
+    pk: int
+    queue: str
+    state: str
+    claimed_at: datetime | None
+    created_at: datetime
+
+
+def _plain_row(spec: NewTask, now: datetime, blocking: dependencies.Blocking | None) -> Any:
+    return _Row(**_given(spec, now), created_at=now, updated_at=now)
+
+
 def _plan(
-    specs: list[NewTask], idem: set[str], blockings: list[dependencies.Blocking | None]
+    specs: list[NewTask],
+    idem: set[str],
+    blockings: list[dependencies.Blocking | None],
+    held: dict[int, Task | None],
+    new_row: Any = _new_row,
 ) -> _Plan:
     """Each item's slot: a new row, or the task keeping its idempotency key or holding its
-    unique key (a stored task, or an earlier item's new row, which absorbs it)."""
+    unique key (`held`: the stored holder of each unique item's key by its `until`; or an
+    earlier item's new row, which absorbs it)."""
     kept = (
         dict(Task.objects.filter(idempotency_key__in=idem).values_list("idempotency_key", "pk"))
         if idem
@@ -315,7 +361,6 @@ def _plan(
     )
     plan = _Plan(current_time())
     now = plan.now
-    held = _stored_holders(specs, now)
     by_key: dict[str, Task] = {}
     by_unique: dict[tuple[str, str], Task] = {}
 
@@ -342,7 +387,7 @@ def _plan(
                 plan.answered.append((spec, slot))
                 plan.slots.append(slot.pk)
         else:
-            row = _new_row(spec, now, blocking)
+            row = new_row(spec, now, blocking)
             plan.rows.append(row)
             plan.slots.append(row)
             plan.makers[id(row)] = spec
@@ -351,6 +396,118 @@ def _plan(
             if pair is not None:
                 by_unique[pair] = row
     return plan
+
+
+def _enqueue_unique_many_pg(
+    specs: list[NewTask], kept: set[str], in_caller_transaction: bool
+) -> tuple[list[int], list[int]]:
+    """enqueue_batch() on PostgreSQL without `after` or keys: a probe per unique item for its
+    holder, then one insert and one absorbing update (sqlunique), in one transaction; again when
+    a racing enqueue took a key between the probe and the insert."""
+    blockings: list[dependencies.Blocking | None] = [None] * len(specs)
+    for _ in range(5):
+        try:
+            with transaction.atomic():
+                now = current_time()
+                held = _stored_holders_pg(specs, now)
+                plan = _plan(specs, kept, blockings, held, _plain_row)
+                _insert_rows_pg(plan, in_caller_transaction)
+                if plan.inside:  # items answered by an earlier item's new task
+                    deltas = {q: {"deduplicated": n} for q, n in plan.inside.items()}
+                    counters.bump(deltas, deferred=in_caller_transaction)
+                if plan.answered:
+                    _absorb_pg(plan, in_caller_transaction)
+        except IntegrityError:
+            continue
+        for state, n in Counter(r.state for r in plan.rows).items():
+            observe.moved("new", state, count=n)
+        ids = [slot if isinstance(slot, int) else slot.pk for slot in plan.slots]
+        return ids, plan.deduplicated
+    raise IntegrityError("idempotency or unique keys kept changing hands")
+
+
+def _stored_holders_pg(specs: list[NewTask], now: datetime) -> dict[int, Any]:
+    """_stored_holders in one statement: an index probe per unique item."""
+    asks = [(n, spec.queue, spec.unique) for n, spec in enumerate(specs) if spec.unique]
+    params = {
+        "n": [n for n, _, _ in asks],
+        "queue": [q for _, q, _ in asks],
+        "key": [u.key for _, _, u in asks],
+        "until": [u.until for _, _, u in asks],
+        "period_s": [u.period_s for _, _, u in asks],
+        "now": now,
+    }
+    held: dict[int, Any] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sqlunique.HOLDERS, params)
+        for n, pk, queue_name, state, claimed_at, created_at in cursor.fetchall():
+            held[n] = _Held(pk, queue_name, state, claimed_at, created_at)
+    return held
+
+
+def _insert_rows_pg(plan: _Plan, in_caller_transaction: bool) -> None:
+    """Insert the plan's new rows, their counts and wake-ups in one statement; their ids onto
+    the rows. IntegrityError when a unique index refused one (a race lost: look again)."""
+    rows = plan.rows
+    if not rows:
+        return
+    params: dict[str, Any] = {
+        "state": [r.state for r in rows],
+        "queue": [r.queue for r in rows],
+        "priority": [r.priority for r in rows],
+        "type": [r.type for r in rows],
+        "payload": [r.payload for r in rows],
+        "max_attempts": [r.max_attempts for r in rows],
+        "backoff": [r.backoff for r in rows],
+        "available_at": [r.available_at for r in rows],
+        "idem": [r.idempotency_key for r in rows],
+        "unique_key": [r.unique_key for r in rows],
+        "absorbed": [r.absorbed for r in rows],
+        "now": plan.now,
+        "shard": shard(),
+    }
+    statement = (
+        sqlunique.INSERT_IN_CALLER_TRANSACTION if in_caller_transaction else sqlunique.INSERT
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        ids = [row[0] for row in cursor.fetchall()]
+    if len(ids) != len(rows):
+        raise IntegrityError("a key was taken meanwhile")
+    for row, pk in zip(rows, ids, strict=True):
+        row.pk = pk
+
+
+def _absorb_pg(plan: _Plan, in_caller_transaction: bool) -> None:
+    """The requests answered by stored holders, per holder: how many, the last replace's fields
+    and the last debounce; absorbed by the pending ones in one statement with the counts."""
+    per: dict[int, dict[str, Any]] = {}
+    for spec, holder in plan.answered:
+        asked = spec.unique
+        if asked is None:  # pragma: no cover -- only unique items are answered
+            continue
+        got = per.setdefault(holder.pk, {"k": 0, "replace": False, "spec": spec, "bounce": None})
+        got["k"] += 1
+        if asked.on_conflict == "replace":
+            got["replace"], got["spec"] = True, spec
+        if asked.debounce_ms is not None:
+            got["bounce"] = asked
+    ids = sorted(per)
+    params: dict[str, Any] = {"id": ids, "now": plan.now, "shard": shard()}
+    params["k"] = [per[pk]["k"] for pk in ids]
+    params["replace"] = [per[pk]["replace"] for pk in ids]
+    for field in ("payload", "type", "priority", "max_attempts"):
+        params[field] = [getattr(per[pk]["spec"], field) for pk in ids]
+    params["debounce_ms"] = [b.debounce_ms if (b := per[pk]["bounce"]) else None for pk in ids]
+    params["debounce_max_ms"] = [
+        b.debounce_max_ms if (b := per[pk]["bounce"]) else None for pk in ids
+    ]
+    debounce = any(per[pk]["bounce"] is not None for pk in ids)
+    statement = sqlunique.ABSORB[in_caller_transaction, debounce]
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        moved = cursor.fetchall()
+    unique.log_absorbed((pk, q, o, n) for pk, q, o, n, _ in moved if o != unique.HELD)
 
 
 def _stored_holders(specs: list[NewTask], now: datetime) -> dict[int, Task | None]:

@@ -358,3 +358,24 @@ def test_unique_workflow__bad_unique__400_naming_the_step(api_client) -> None:
     r = post(api_client, "/workflows", _workflow({"payload": 1, "unique": {"key": "k", "x": 1}}))
     assert r.status_code == 400
     assert "steps.0.job.unique.x" in r.json()["fields"]
+
+
+def test_unique_batch__stored_holder_absorbs_several_items__last_replace_wins(api_client) -> None:
+    first = post(api_client, "/jobs", job("a")).json()["id"]
+    jobs = [job("a", payload=1, on_conflict="replace"), job("a", payload=2), job("a", payload=3,
+            on_conflict="replace"), job("a", debounce_ms=60_000)]  # fmt: skip
+    r = post(api_client, "/jobs/batch", {"jobs": jobs})
+    assert r.json() == {"ids": [first] * 4, "deduplicated": [0, 1, 2, 3]}
+    holder = Task.objects.get(pk=int(first))
+    assert (holder.payload, holder.absorbed, holder.state) == ("3", 4, "delayed")
+    assert totals(api_client)["deduplicated"] == 4
+    stats = api_client.get("/stats").json()
+    assert (stats["ready"], stats["delayed"]) == (0, 1)
+
+
+def test_unique_batch__handed_out_holder_answers_unchanged(api_client, claim) -> None:
+    first = post(api_client, "/jobs", job("a")).json()["id"]
+    claim()
+    r = post(api_client, "/jobs/batch", {"jobs": [job("a", payload=5, on_conflict="replace")]})
+    assert r.json() == {"ids": [first], "deduplicated": [0]}
+    assert Task.objects.get(pk=int(first)).payload == '{"doc":42}'
