@@ -20,7 +20,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import inprocess  # noqa: E402 -- the sibling module, found through the path just added
+import inprocess  # the sibling module, found through the path just added
 
 ITEMS = 1000
 
@@ -45,10 +45,10 @@ def main() -> None:
 
 def run(call, rounds: int) -> None:  # type: ignore[no-untyped-def]
     def body(n: int, unique: bool, prefix: str) -> bytes:
-        jobs = [
-            {"payload": {"line": str(i)}, **({"unique": {"key": f"{prefix}-{i}"}} if unique else {})}
-            for i in range(n)
-        ]
+        jobs: list[dict] = [{"payload": {"line": str(i)}} for i in range(n)]
+        if unique:
+            for i, item in enumerate(jobs):
+                item["unique"] = {"key": f"{prefix}-{i}"}
         return json.dumps({"jobs": jobs}).encode()
 
     kinds = {
