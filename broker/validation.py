@@ -114,16 +114,24 @@ class UniqueSerializer(StrictSerializer):
         choices=list(limits.UNIQUE_UNTIL), default=limits.DEFAULT_UNIQUE_UNTIL
     )
     period_s = StrictInteger(
-        min_value=1, max_value=limits.MAX_UNIQUE_PERIOD_S, required=False, default=None
+        min_value=1,
+        max_value=limits.MAX_UNIQUE_PERIOD_S,
+        required=False,
+        default=None,
+        allow_null=True,
     )
     on_conflict = serializers.ChoiceField(
         choices=list(limits.UNIQUE_ON_CONFLICT), default=limits.DEFAULT_UNIQUE_ON_CONFLICT
     )
     debounce_ms = StrictInteger(
-        min_value=0, max_value=limits.MAX_DEBOUNCE_MS, required=False, default=None
+        min_value=0, max_value=limits.MAX_DEBOUNCE_MS, required=False, default=None, allow_null=True
     )
     debounce_max_ms = StrictInteger(
-        min_value=1, max_value=limits.MAX_DEBOUNCE_MAX_MS, required=False, default=None
+        min_value=1,
+        max_value=limits.MAX_DEBOUNCE_MAX_MS,
+        required=False,
+        default=None,
+        allow_null=True,
     )
 
     def to_internal_value(self, data: Any) -> Any:
