@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from broker import queue, waiting
 from broker.api import parsing
-from broker.api.base import BrokerView
+from broker.api.base import BrokerView, under
 from broker.api.errors import error_body
 from broker.api.representation import delivery, timestamp
 from broker.exceptions import DatabaseUnavailable, TaskNotFound
@@ -48,7 +48,7 @@ class JobsView(BrokerView):
             if done.replaced:
                 body["replaced"] = True
         status = 201 if done.created else 200
-        return Response(body, status=status, headers={"Location": f"/jobs/{done.pk}"})
+        return Response(body, status=status, headers={"Location": under(request, done.pk)})
 
     def get(self, request: Request) -> Response:
         from broker.api.listing import list_tasks
