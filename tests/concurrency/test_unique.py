@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from django.test import Client
 from broker import queue
 from broker.models import Task
 from tests.concurrency.conftest import in_thread
-from tests.procs import http, two_brokers
+from tests.procs import http, sweeping, two_brokers
 
 pytestmark = [pytest.mark.postgres]
 
@@ -173,3 +174,36 @@ def test_unique_pg__20_way_race_on_two_broker_processes__one_task(
         assert stats["totals"]["enqueued"] == 3
         assert stats["totals"]["deduplicated"] == 3 * (RACERS - 1)
         assert stats["delayed"] == 3
+
+
+def test_unique_pg__burst_of_100_debounced__runs_once_after_the_last(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Real time, a real sweeper and a worker parked on the queue: 100 saves, one task, handed
+    out no sooner than debounce_ms after the last save (and promptly after it)."""
+    debounce_ms = 800
+    body = {"payload": {"doc": 42}, "queue": "reindex",
+            "unique": {"key": "doc-42", "debounce_ms": debounce_ms}}  # fmt: skip
+    with two_brokers(db_url, tmp_path) as (a, b), sweeping(db_url, tmp_path, 50):
+        got: dict[str, Any] = {}
+
+        def park() -> None:
+            got["answer"] = http("GET", f"{b}/jobs/next?queue=reindex&wait_ms=20000", timeout=30)
+            got["at"] = time.monotonic()
+
+        parked = threading.Thread(target=park)
+        parked.start()
+        ids = set()
+        for _ in range(100):
+            status, answer = http("POST", f"{a}/jobs", body)
+            assert status in (200, 201)
+            ids.add(answer["id"])
+        last = time.monotonic()
+        parked.join(timeout=30)
+        assert len(ids) == 1
+        status, delivery = got["answer"]
+        assert status == 200 and delivery["task"]["id"] == ids.pop()
+        waited = got["at"] - last
+        assert debounce_ms / 1000 - 0.05 <= waited <= debounce_ms / 1000 + 5, waited
+        status, stats = http("GET", f"{a}/stats")
+        assert (stats["totals"]["enqueued"], stats["totals"]["deduplicated"]) == (1, 99)
