@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
+from psycopg.errors import DeadlockDetected
 
 from broker import observe
 from broker.exceptions import InvalidTaskError
@@ -18,6 +19,7 @@ from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
 
 _EVENTS = ("enqueue", "enqueue_delayed", "enqueue_blocked")
+DEADLOCK_DETECTED = DeadlockDetected.sqlstate
 _READY = TRANSITIONS["enqueue"][1]
 _DELAYED = TRANSITIONS["enqueue_delayed"][1]
 _BLOCKED = TRANSITIONS["enqueue_blocked"][1]
@@ -157,8 +159,20 @@ def _insert_one(spec: NewTask, in_caller_transaction: bool) -> Task:
 def _absorbed(
     answered: list[tuple[NewTask, Task]], now: datetime, in_caller_transaction: bool
 ) -> list[Enqueued]:
-    """Answer requests with their holders: the pending ones locked and absorbing them (in
-    request order), saved, counted and announced. In the enqueue's transaction."""
+    """Answer requests with their holders (absorb), counted and announced. In the enqueue's
+    transaction."""
+    answers, deltas, woken = _absorb(answered, now)
+    counters.bump(deltas, deferred=in_caller_transaction)
+    announce(woken)
+    return answers
+
+
+def _absorb(
+    answered: list[tuple[NewTask, Task]], now: datetime
+) -> tuple[list[Enqueued], counters.Deltas, Counter[str]]:
+    """The pending holders locked and absorbing their requests (in request order), saved:
+    the answers, the counter changes and the queues to wake, for the caller to apply last (a
+    move takes its task rows before the counter rows)."""
     locked = unique.lock_pending([holder.pk for _, holder in answered])
     before: dict[int, str] = {}
     answers: list[Enqueued] = []
@@ -178,12 +192,11 @@ def _absorbed(
     deltas = counters.count_moves(unique.EVENTS, moves)
     for spec, _ in answered:
         deltas[spec.queue]["deduplicated"] += 1
-    counters.bump(deltas, deferred=in_caller_transaction)
-    announce(
-        Counter(t.queue for t in changed if t.state == State.READY and before[t.pk] != State.READY)
+    woken = Counter(
+        t.queue for t in changed if t.state == State.READY and before[t.pk] != State.READY
     )
     unique.log_absorbed((t.pk, t.queue, before[t.pk], t.state) for t in changed)
-    return answers
+    return answers, deltas, woken
 
 
 def _enqueue_unique_pg(spec: NewTask, asked: Unique, in_caller_transaction: bool) -> Enqueued:
@@ -258,6 +271,10 @@ def enqueue_batch(specs: list[NewTask], prefix: str = "{}.") -> tuple[list[int],
                 if any(spec.after for spec in specs):
                     blockings = _blockings(specs, prefix)
                 plan = _plan(specs, kept, blockings, _stored_holders(specs, current_time()))
+                deltas: counters.Deltas = defaultdict(Counter)
+                woken: Counter[str] = Counter()
+                if plan.answered:  # task rows first, counter rows last
+                    _, deltas, woken = _absorb(plan.answered, plan.now)
                 line = keys.line_up(plan.rows)
                 Task.objects.bulk_create(plan.rows)
                 if line is not None:
@@ -269,13 +286,13 @@ def enqueue_batch(specs: list[NewTask], prefix: str = "{}.") -> tuple[list[int],
                         assert isinstance(slot, Task)  # noqa: S101 -- for mypy
                         dependencies.add_edges(slot.pk, spec.after, spec.after_policy, blocking)
                 moves = [(r.queue, None, r.state) for r in plan.rows]
-                deltas = counters.count_moves(_EVENTS, moves)
+                for queue_name, change in counters.count_moves(_EVENTS, moves).items():
+                    deltas[queue_name].update(change)
                 for queue_name, n in plan.inside.items():  # answered by an earlier item
                     deltas[queue_name]["deduplicated"] += n
                 counters.bump(deltas, deferred=in_caller_transaction)
-                announce(Counter(r.queue for r in plan.rows if r.state == State.READY))
-                if plan.answered:
-                    _absorbed(plan.answered, plan.now, in_caller_transaction)
+                woken.update(r.queue for r in plan.rows if r.state == State.READY)
+                announce(woken)
         except IntegrityError:
             if not kept and not uniques:
                 raise
@@ -411,13 +428,14 @@ def _enqueue_unique_many_pg(
                 now = current_time()
                 held = _stored_holders_pg(specs, now)
                 plan = _plan(specs, kept, blockings, held, _plain_row)
-                _insert_rows_pg(plan, in_caller_transaction)
-                if plan.inside:  # items answered by an earlier item's new task
-                    deltas = {q: {"deduplicated": n} for q, n in plan.inside.items()}
-                    counters.bump(deltas, deferred=in_caller_transaction)
-                if plan.answered:
-                    _absorb_pg(plan, in_caller_transaction)
+                _write_batch_pg(plan, in_caller_transaction)
         except IntegrityError:
+            continue  # a racing enqueue took a key between the probe and the insert
+        except OperationalError as exc:
+            # Two batches inserting the same new keys in opposite orders wait on each other's
+            # index entries: PostgreSQL ends one; it looks again, and finds the other's tasks.
+            if not _deadlocked(exc):
+                raise
             continue
         for state, n in Counter(r.state for r in plan.rows).items():
             observe.moved("new", state, count=n)
@@ -445,69 +463,68 @@ def _stored_holders_pg(specs: list[NewTask], now: datetime) -> dict[int, Any]:
     return held
 
 
-def _insert_rows_pg(plan: _Plan, in_caller_transaction: bool) -> None:
-    """Insert the plan's new rows, their counts and wake-ups in one statement; their ids onto
-    the rows. IntegrityError when a unique index refused one (a race lost: look again)."""
+def _deadlocked(exc: BaseException) -> bool:
+    return getattr(exc.__cause__, "sqlstate", None) == DEADLOCK_DETECTED
+
+
+def _write_batch_pg(plan: _Plan, in_caller_transaction: bool) -> None:
+    """The plan's new rows inserted and its stored holders absorbed, with every count and
+    wake-up, in one statement (sqlunique.BATCH); the new ids onto the rows. IntegrityError when
+    a unique index refused a row (a race lost: look again)."""
     rows = plan.rows
-    if not rows:
+    params: dict[str, Any] = {"now": plan.now, "shard": shard()}
+    if rows:
+        params.update(
+            state=[r.state for r in rows],
+            queue=[r.queue for r in rows],
+            priority=[r.priority for r in rows],
+            type=[r.type for r in rows],
+            payload=[r.payload for r in rows],
+            max_attempts=[r.max_attempts for r in rows],
+            backoff=[r.backoff for r in rows],
+            available_at=[r.available_at for r in rows],
+            idem=[r.idempotency_key for r in rows],
+            unique_key=[r.unique_key for r in rows],
+            absorbed=[r.absorbed for r in rows],
+        )
+    debounce = _absorb_params(plan, params) if plan.answered else False
+    if not rows and not plan.answered:
         return
-    params: dict[str, Any] = {
-        "state": [r.state for r in rows],
-        "queue": [r.queue for r in rows],
-        "priority": [r.priority for r in rows],
-        "type": [r.type for r in rows],
-        "payload": [r.payload for r in rows],
-        "max_attempts": [r.max_attempts for r in rows],
-        "backoff": [r.backoff for r in rows],
-        "available_at": [r.available_at for r in rows],
-        "idem": [r.idempotency_key for r in rows],
-        "unique_key": [r.unique_key for r in rows],
-        "absorbed": [r.absorbed for r in rows],
-        "now": plan.now,
-        "shard": shard(),
-    }
-    statement = (
-        sqlunique.INSERT_IN_CALLER_TRANSACTION if in_caller_transaction else sqlunique.INSERT
-    )
+    statement = sqlunique.BATCH[bool(rows), bool(plan.answered), debounce, in_caller_transaction]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        ids = [row[0] for row in cursor.fetchall()]
+        moved = cursor.fetchall()
+    ids = [pk for pk, old, _, _ in moved if old is None]  # ascending: in request order
     if len(ids) != len(rows):
         raise IntegrityError("a key was taken meanwhile")
     for row, pk in zip(rows, ids, strict=True):
         row.pk = pk
+    absorbed = [(pk, "", old, new) for pk, old, new, _ in moved if old not in (None, unique.HELD)]
+    unique.log_absorbed(absorbed)
 
 
-def _absorb_pg(plan: _Plan, in_caller_transaction: bool) -> None:
-    """The requests answered by stored holders, per holder: how many, the last replace's fields
-    and the last debounce; absorbed by the pending ones in one statement with the counts."""
+def _absorb_params(plan: _Plan, params: dict[str, Any]) -> bool:
+    """The requests answered by stored holders, per holder: how many, the last replace's
+    fields and the last debounce, as the statement's arrays; whether any debounces."""
     per: dict[int, dict[str, Any]] = {}
     for spec, holder in plan.answered:
-        asked = spec.unique
-        if asked is None:  # pragma: no cover -- only unique items are answered
-            continue
         got = per.setdefault(holder.pk, {"k": 0, "replace": False, "spec": spec, "bounce": None})
         got["k"] += 1
-        if asked.on_conflict == "replace":
+        asked = spec.unique
+        if asked is not None and asked.on_conflict == "replace":
             got["replace"], got["spec"] = True, spec
-        if asked.debounce_ms is not None:
+        if asked is not None and asked.debounce_ms is not None:
             got["bounce"] = asked
     ids = sorted(per)
-    params: dict[str, Any] = {"id": ids, "now": plan.now, "shard": shard()}
-    params["k"] = [per[pk]["k"] for pk in ids]
+    params.update(id=ids, k=[per[pk]["k"] for pk in ids])
     params["replace"] = [per[pk]["replace"] for pk in ids]
     for field in ("payload", "type", "priority", "max_attempts"):
-        params[field] = [getattr(per[pk]["spec"], field) for pk in ids]
+        params[f"r_{field}"] = [getattr(per[pk]["spec"], field) for pk in ids]
     params["debounce_ms"] = [b.debounce_ms if (b := per[pk]["bounce"]) else None for pk in ids]
     params["debounce_max_ms"] = [
         b.debounce_max_ms if (b := per[pk]["bounce"]) else None for pk in ids
     ]
-    debounce = any(per[pk]["bounce"] is not None for pk in ids)
-    statement = sqlunique.ABSORB[in_caller_transaction, debounce]
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        moved = cursor.fetchall()
-    unique.log_absorbed((pk, q, o, n) for pk, q, o, n, _ in moved if o != unique.HELD)
+    return any(per[pk]["bounce"] is not None for pk in ids)
 
 
 def _stored_holders(specs: list[NewTask], now: datetime) -> dict[int, Task | None]:

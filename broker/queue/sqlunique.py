@@ -27,56 +27,43 @@ HOLDERS = (
     " ORDER BY t.id LIMIT 1) AS h"
 )
 
-_NEW_EVENTS = ("enqueue", "enqueue_delayed")
+# The new tasks (an earlier item's new task absorbed `absorbed` later ones), as sqlenqueue's
+# many-task insert with the idempotency and unique keys. Any unique index refuses a row silently:
+# fewer new rows than asked means a race was lost, and the caller rolls back and looks again.
+_INSERT = (
+    "new AS (INSERT INTO broker_task (state, queue, priority, type, payload, attempts,"
+    " max_attempts, backoff, available_at, created_at, updated_at, idempotency_key, unique_key,"
+    " absorbed)"
+    " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts, u.backoff,"
+    " u.available_at, %(now)s, %(now)s, u.idem, u.unique_key, u.absorbed"
+    " FROM unnest(%(state)b::varchar[], %(queue)b::varchar[], %(priority)b::smallint[],"
+    " %(type)b::varchar[], %(payload)b::text[], %(max_attempts)b::smallint[],"
+    " %(backoff)b::boolean[], %(available_at)b::timestamptz[], %(idem)b::varchar[],"
+    " %(unique_key)b::varchar[], %(absorbed)b::int[])"
+    " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, backoff,"
+    " available_at, idem, unique_key, absorbed, n) ORDER BY u.n"
+    " ON CONFLICT DO NOTHING"
+    " RETURNING id, queue, NULL::text AS o, state AS n, absorbed AS k)"
+)
 
 
-def _insert(deferred: bool) -> str:
-    # As sqlenqueue's many-task insert, with the idempotency and unique keys and `absorbed` (an
-    # earlier item's new task answered later ones). Any unique index refuses a row silently:
-    # fewer ids than rows means a race was lost, and the caller rolls back and looks again.
-    return (
-        "WITH new AS ("  # noqa: S608
-        " INSERT INTO broker_task (state, queue, priority, type, payload, attempts, max_attempts,"
-        " backoff, available_at, created_at, updated_at, idempotency_key, unique_key, absorbed)"
-        " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts, u.backoff,"
-        " u.available_at, %(now)s, %(now)s, u.idem, u.unique_key, u.absorbed"
-        " FROM unnest(%(state)b::varchar[], %(queue)b::varchar[], %(priority)b::smallint[],"
-        " %(type)b::varchar[], %(payload)b::text[], %(max_attempts)b::smallint[],"
-        " %(backoff)b::boolean[], %(available_at)b::timestamptz[], %(idem)b::varchar[],"
-        " %(unique_key)b::varchar[], %(absorbed)b::int[])"
-        " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, backoff,"
-        " available_at, idem, unique_key, absorbed, n) ORDER BY u.n"
-        " ON CONFLICT DO NOTHING"
-        " RETURNING id, queue, NULL::text AS o, state AS n"
-        f"), counted AS ({counted('new', _NEW_EVENTS, deferred=deferred)})"
-        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"
-        "  WHERE n = 'ready' GROUP BY queue)"
-        " SELECT id, (SELECT count(*) FROM notified) FROM new ORDER BY id"
-    )
-
-
-INSERT = _insert(deferred=False)
-INSERT_IN_CALLER_TRANSACTION = _insert(deferred=True)
-
-
-def _absorb(deferred: bool, debounce: bool) -> str:
-    # Per holder (id, k requests answered, the last replace's fields or NULL, the last
+def _absorb(debounce: bool) -> str:
+    # Per stored holder (id, k requests answered, the last replace's fields, the last
     # debounce's ms and cap or NULL): lock those still pending (a claim that took one meanwhile
-    # has committed: it is left alone), change them, and count every request answered. Without
-    # a debounce no state changes: the update's own re-check of a row changed meanwhile (READ
-    # COMMITTED) stands for the lock, and the state after stands for the state before.
+    # has committed: it is left alone) and change them. Without a debounce no state changes:
+    # the update's own re-check of a row changed meanwhile (READ COMMITTED) stands for the lock,
+    # and the state after stands for the state before.
     lock = " ORDER BY t.id FOR UPDATE OF t" if debounce else ""
     before = "p.o" if debounce else "t.state"
     return (
-        "WITH v AS (SELECT * FROM unnest(%(id)s::bigint[], %(k)s::int[], %(replace)s::boolean[],"  # noqa: S608
-        " %(payload)s::text[], %(type)s::varchar[], %(priority)s::smallint[],"
-        " %(max_attempts)s::smallint[], %(debounce_ms)s::bigint[], %(debounce_max_ms)s::bigint[])"
+        "v AS (SELECT * FROM unnest(%(id)s::bigint[], %(k)s::int[], %(replace)s::boolean[],"  # noqa: S608
+        " %(r_payload)s::text[], %(r_type)s::varchar[], %(r_priority)s::smallint[],"
+        " %(r_max_attempts)s::smallint[], %(debounce_ms)s::bigint[], %(debounce_max_ms)s::bigint[])"
         " AS v(id, k, replace, payload, type, priority, max_attempts, debounce_ms, cap))"
         ", p AS (SELECT t.id, t.state AS o, v.k, v.replace, v.payload, v.type, v.priority,"
         " v.max_attempts, least(%(now)s + v.debounce_ms * interval '1 ms',"
         " t.created_at + v.cap * interval '1 ms') AS at FROM broker_task t JOIN v ON t.id = v.id"
-        " WHERE t.claimed_at IS NULL AND t.state IN ('blocked', 'delayed', 'ready')"
-        f"{lock})"
+        f" WHERE t.claimed_at IS NULL AND t.state IN ('blocked', 'delayed', 'ready'){lock})"
         ", a AS (UPDATE broker_task t SET absorbed = t.absorbed + p.k, updated_at = %(now)s,"
         " payload = CASE WHEN p.replace THEN p.payload ELSE t.payload END,"
         " type = CASE WHEN p.replace THEN p.type ELSE t.type END,"
@@ -89,17 +76,44 @@ def _absorb(deferred: bool, debounce: bool) -> str:
         " FROM p WHERE t.id = p.id AND t.claimed_at IS NULL"
         " AND t.state IN ('blocked', 'delayed', 'ready')"
         f" RETURNING t.id, t.queue, {before} AS o, t.state AS n, p.k)"
-        ", held AS (SELECT t.id, t.queue, t.state FROM broker_task t JOIN v ON t.id = v.id)"
-        ", moved AS (SELECT id, queue, o, n, k FROM a UNION ALL"
-        f" SELECT held.id, held.queue, '{HELD}', '{HELD}', v.k FROM held JOIN v ON held.id = v.id"
-        " WHERE NOT EXISTS (SELECT 1 FROM a WHERE a.id = held.id))"
-        f", counted AS ({counted('moved', EVENTS, deferred=deferred, extra=_ANSWERED)})"
-        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM moved"
-        " WHERE n = 'ready' AND o <> 'ready' GROUP BY queue)"
-        " SELECT id, queue, o, n, (SELECT count(*) FROM notified) FROM moved"
+        ", held AS (SELECT t.id, t.queue, v.k FROM broker_task t JOIN v ON t.id = v.id"
+        " WHERE NOT EXISTS (SELECT 1 FROM a WHERE a.id = t.id))"
     )
 
 
 _ANSWERED = {"deduplicated": "coalesce(sum(k), 0)"}
-# (deferred, debounce) → statement
-ABSORB = {(d, b): _absorb(d, b) for d in (False, True) for b in (False, True)}
+
+
+def _batch(insert: bool, absorb: bool, debounce: bool, deferred: bool) -> str:
+    """A batch's new tasks and stored holders in one statement: the rows first (the inserts'
+    waits on a racing insert of a key, the holders' locks), the counters last, as every other
+    move takes them; so no two of them wait on each other crosswise. Rows out: (id, o, n): a
+    new task (o NULL), an absorbed holder (o its state before) or a holder left as it was."""
+    parts = ([_INSERT] if insert else []) + ([_absorb(debounce)] if absorb else [])
+    moved = (["SELECT id, queue, o, n, k FROM new"] if insert else []) + (
+        [
+            "SELECT id, queue, o, n, k FROM a",
+            f"SELECT id, queue, '{HELD}', '{HELD}', k FROM held",  # noqa: S608
+        ]
+        if absorb
+        else []
+    )
+    return (
+        f"WITH {', '.join(parts)}"  # noqa: S608
+        f", moved AS ({' UNION ALL '.join(moved)})"
+        f", counted AS ({counted('moved', EVENTS, deferred=deferred, extra=_ANSWERED)})"
+        f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM moved"
+        " WHERE n = 'ready' AND o IS DISTINCT FROM 'ready' GROUP BY queue)"
+        " SELECT id, o, n, (SELECT count(*) FROM notified) FROM moved ORDER BY id"
+    )
+
+
+# (insert, absorb, debounce, deferred) → statement
+BATCH = {
+    (i, a, b, d): _batch(i, a, b, d)
+    for i in (False, True)
+    for a in (False, True)
+    for b in (False, True)
+    for d in (False, True)
+    if i or a
+}

@@ -127,6 +127,24 @@ def test_unique_pg__racing_batches__one_task_per_key() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_unique_pg__batches_of_new_keys_in_opposite_orders__all_201_one_task_per_key() -> None:
+    """Each batch's inserts wait on the other's index entries, crosswise: PostgreSQL ends one
+    as a deadlock, and it looks again instead of answering 503."""
+    keys = [f"o{n}" for n in range(50)]
+    for rnd in range(5):
+        order = [[f"{k}-{rnd}" for k in keys], [f"{k}-{rnd}" for k in reversed(keys)]]
+
+        def send(i: int, order: list[list[str]] = order) -> tuple[int, Any]:
+            jobs = [{"payload": i, "unique": {"key": k}} for k in order[i % 2]]
+            return _post(Client(), "/jobs/batch", {"jobs": jobs})
+
+        answers = _race(send, 6)
+        assert all(code == 201 for code, _ in answers), answers
+        assert Task.objects.filter(unique_key__endswith=f"-{rnd}").count() == len(keys)
+    _gauges_agree()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_unique_pg__replace_and_debounce_racing_claims__handed_out_task_never_changed() -> None:
     for n in range(5):
         holder = _post(Client(), "/jobs", {"payload": "v0", "unique": {"key": f"c{n}"}})[1]["id"]
