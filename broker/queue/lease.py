@@ -17,7 +17,7 @@ from django.db.models import F
 from broker import observe
 from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
 from broker.models import Task
-from broker.queue import counters, dependencies, restricted, sizing, sql
+from broker.queue import counters, dependencies, keys, restricted, sizing, sql
 from broker.queue.base import (
     ClaimedTask,
     Delivery,
@@ -209,6 +209,9 @@ def _ack_one_pg(pk: int | None, lease_id: str, body: str | None, now: datetime) 
             rows = _in_lock_order([pk], sql.ACK_ONE, params)
             row = rows[0] if rows else None
             found = None if row is not None else _holder(cursor, pk)
+            if found == (_HANDED_OUT, lease_id):  # waiting for its key's turn
+                (answer,) = _settle_in_line([(pk, lease_id, body)], [], now)
+                return answer
     if row is None:
         held = found is not None and found[0] == _HANDED_OUT and found[1] != lease_id
         return Settled(LeaseMismatch if held else TaskNotHeld)
@@ -269,13 +272,29 @@ def _settle_pg(
         for _, code, queue, attempts, state, _, _ in rows
     ]
     again = [i for i, row in enumerate(rows) if row[1] == _AGAIN]
-    if again and not locked:
+    if again:
         acks_again = [acks[i] for i in again if i < len(acks)]
         nacks_again = [nacks[i - len(acks)] for i in again if i >= len(acks)]
-        retried = _settle_pg(acks_again, nacks_again, now, locked=True)
+        if locked:  # still held: waiting for its key's turn (sqlrelease.in_one_statement)
+            retried = _settle_in_line(acks_again, nacks_again, now)
+        else:
+            retried = _settle_pg(acks_again, nacks_again, now, locked=True)
         for i, answer in zip(again, retried, strict=True):
             answers[i] = answer
     return answers
+
+
+def _settle_in_line(acks: list[Settle], nacks: list[Settle], now: datetime) -> list[Settled]:
+    """Settle tasks handed out while waiting for their key's turn (keys.order) as SQLite does,
+    whose release hands an ended task's place in line over (dependencies._hand_over_turns).
+    Locks first as an enqueue of their keys does, their keys' rows, then, in id order, every
+    task the hand-over may move (dependencies.lock_for_cancel): nothing is locked out of order."""
+    ids = sorted({pk for pk, _, _ in [*acks, *nacks] if pk is not None})
+    with transaction.atomic():
+        pairs = Task.objects.filter(pk__in=ids, key__isnull=False).values_list("queue", "key")
+        keys.hold(list(pairs))
+        dependencies.lock_for_cancel(ids)
+        return settle_generic(acks, nacks, now)
 
 
 def ack_many(items: Sequence[Settle]) -> list[Outcome]:
