@@ -379,3 +379,17 @@ def test_unique_batch__handed_out_holder_answers_unchanged(api_client, claim) ->
     r = post(api_client, "/jobs/batch", {"jobs": [job("a", payload=5, on_conflict="replace")]})
     assert r.json() == {"ids": [first], "deduplicated": [0]}
     assert Task.objects.get(pk=int(first)).payload == '{"doc":42}'
+
+
+def test_unique__in_an_ordered_queue__keyed_tasks_line_up_and_dedupe(api_client, claim) -> None:
+    r = api_client.patch("/queues/ledger", {"ordered": True}, format="json")
+    assert r.status_code == 200
+    first = post(api_client, "/jobs", {**job("u1"), "queue": "ledger", "key": "acct"}).json()["id"]
+    second = post(api_client, "/jobs", {**job("u2"), "queue": "ledger", "key": "acct"}).json()["id"]
+    again = post(api_client, "/jobs", {**job("u2", on_conflict="replace", payload=7),
+                                        "queue": "ledger", "key": "acct"})  # fmt: skip
+    assert again.json() == {"id": second, "deduplicated": True, "replaced": True}
+    got = claim(queue="ledger")
+    assert got["task"]["id"] == first
+    post(api_client, f"/jobs/{first}/ack?lease_id={got['lease_id']}")
+    assert claim(queue="ledger")["task"]["payload"] == 7
