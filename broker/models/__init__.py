@@ -10,6 +10,7 @@ from broker.models.counters import (
     CounterDelta,
     QueueCounter,
 )
+from broker.models.events import Event, EventWait
 from broker.models.history import (
     HISTORY_COLUMNS,
     HISTORY_COUNTS,
@@ -38,7 +39,8 @@ __all__ = [
     "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
     "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "AccessToken",
     "ClaimScope",
-    "CounterDelta", "DeadTask", "Dependency", "HistoryClock", "HistoryMark", "HistoryPoint",
+    "CounterDelta", "DeadTask", "Dependency", "Event", "EventWait", "HistoryClock", "HistoryMark",
+    "HistoryPoint",
     "JobType", "KeyState", "Queue", "QueueCounter", "QueueName", "ReclaimHold", "Schedule",
     "SqsDedup",
     "SqsMessage", "SqsQueue", "Task", "TaskError", "TaskQuerySet", "TokenGeneration", "Workflow",
