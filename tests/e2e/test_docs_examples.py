@@ -43,7 +43,11 @@ class Example:
     has_answer: bool = False
 
     def __str__(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        return f"{shown(self.page)}:{self.line}"
+
+
+def shown(page: Path) -> str:
+    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
 
 
 def examples(page: Path) -> list[Example]:
@@ -58,7 +62,7 @@ def examples(page: Path) -> list[Example]:
             found.append(Example(page, line, info[0], block.group(2)))
         elif info[:2] == ["json", "answer"]:
             if not previous_runnable or text[previous_end : block.start()].strip():
-                raise AssertionError(f"{page.relative_to(ROOT)}:{line}: an answer follows no example")
+                raise AssertionError(f"{shown(page)}:{line}: an answer follows no example")
             found[-1].answer = json.loads(block.group(2))
             found[-1].has_answer = True
         previous_end, previous_runnable = block.end(), runnable
