@@ -111,6 +111,7 @@ def run(example: Example, base: str, env: dict[str, str]) -> None:
 RUNNABLE = [page for page in PAGES if examples(page)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_pages_examples_run(page: Path, db_url: str, tmp_path: Path) -> None:
     with gunicorn(db_url, tmp_path, WORKERS="1") as base:
