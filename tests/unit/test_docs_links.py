@@ -78,3 +78,15 @@ def test_the_checker_sees_a_broken_anchor_and_a_link_out(tmp_path: Path) -> None
     assert links(page) == ["#a-title", "#nope", "https://example.com"]
     assert anchors(page) == {"a-title"}
     assert slug("`GET /jobs/{id}` — one task") == "get-jobsid--one-task"
+
+
+def test_pages_stay_small_enough_to_read() -> None:
+    """The README is the front door (10 KB); performance.md one table and its method (15 KB); no
+    page over 25 KB (split it by task instead)."""
+    limits = {ROOT / "README.md": 10_240, ROOT / "docs" / "performance.md": 15_360}
+    over = [
+        f"{page.relative_to(ROOT)}: {size} bytes"
+        for page in PAGES
+        if (size := len(page.read_bytes())) > limits.get(page, 25_600)
+    ]
+    assert not over, over
