@@ -5,9 +5,10 @@ A fenced block is runnable when its info string says so: ```` ```sh run ```` (ba
 `pipefail`) or ```` ```python run ````. A page's runnable blocks run in order against one broker
 of their own (gunicorn on a free port, a fresh database), in the repository's root, with
 `localhost:8080` and `127.0.0.1:8080` in them pointed at that broker and `.venv/bin` first on
-PATH; each must exit 0 within 60 s, and a `curl` answered 400 or more fails it. A block may be followed by an ```` ```json answer ```` block:
+PATH; each must exit 0 within 60 s, and a `curl` answered 400 or more fails it. A block may be
+followed by an ```` ```json answer ```` block:
 the last line the example printed must then be that JSON, where a `"..."` value stands for
-anything and a list ending in `"..."` for any further items (docs/README.md, "Examples").
+anything and a list ending in `"..."` for any further items.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def run(example: Example, base: str, env: dict[str, str]) -> None:
         done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"{example}: still running after 60 s; it printed {e.stdout!r}") from e
-    told = f"{example}: exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    told = (
+        f"{example}: exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    )
     assert done.returncode == 0, told
     if example.has_answer:
         lines = [line for line in done.stdout.splitlines() if line.strip()]
