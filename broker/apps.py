@@ -14,9 +14,13 @@ class BrokerConfig(AppConfig):
         from django.db.backends.signals import connection_created
 
         from broker import checks, dbpool
+        from contract.conf import broker_settings
 
-        dbpool.prepare(settings.DATABASES, settings.BROKER_DB_RECONNECT_MS)
+        dbpool.prepare(settings.DATABASES, broker_settings.BROKER_DB_RECONNECT_MS)
         connection_created.connect(dbpool.tune_pool, dispatch_uid="broker-tune-pool")
         django_checks.register(checks.open_api, django_checks.Tags.security, deploy=True)
         django_checks.register(checks.secret_key_set, django_checks.Tags.security, deploy=True)
         django_checks.register(checks.sqs_credentials_unused, django_checks.Tags.security)
+        django_checks.register(checks.settings_valid)
+        django_checks.register(checks.body_limits)
+        django_checks.register(checks.sqlite_immediate, django_checks.Tags.database, deploy=True)

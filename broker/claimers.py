@@ -19,13 +19,13 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Max
 
 from broker.models import ClaimScope
 from broker.queue.base import current_time
 from broker.wakeup import hub
+from contract.conf import broker_settings
 from contract.limits import WORKERS_SEEN_S
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,9 @@ class ClaimLog:
                 log.warning("could not record claim scopes: %s", exc)
                 with self._lock:
                     self._pending.update(due)
-        if settings.BROKER_CLAIM_LOG_THREAD and (self._thread is None or self._pid != os.getpid()):
+        if broker_settings.BROKER_CLAIM_LOG_THREAD and (
+            self._thread is None or self._pid != os.getpid()
+        ):
             self._start()
 
     def flush(self) -> int:

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from broker import queue
@@ -24,6 +23,7 @@ from broker.claimers import claim_log
 from broker.parking.loop import ENVIRON_KEY, Parked, Slot
 from broker.queue import Delivery
 from broker.wakeup import ANY_QUEUE, Waiter, hub
+from contract.conf import broker_settings
 
 # How often a parked claim looks at its socket; a syscall, no database work.
 GONE_CHECK_S = 0.5
@@ -115,7 +115,7 @@ def _look_again_after_failure(held: str | None) -> float:
     """
     if held is None or held == ANY_QUEUE:
         return math.inf
-    return time.monotonic() + settings.BROKER_DB_RECONNECT_MS / 1000
+    return time.monotonic() + broker_settings.BROKER_DB_RECONNECT_MS / 1000
 
 
 Looked = tuple[list[Delivery], DatabaseError | None]

@@ -9,6 +9,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from broker.api.errors import exception_handler
 from broker.api.parsing import require_json_type
 from broker.api.renderers import FastJSONRenderer
 
@@ -18,10 +19,11 @@ _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class BrokerView(APIView):
-    """Every answer is JSON, and bearer tokens are checked by middleware before any view: so no
-    content negotiation, authenticators, permissions, throttles or versioning to run per request,
-    and the headers every answer carries are computed once per view class (cProfile of the
-    claim/ack path: these hooks cost ~0.1 ms a request)."""
+    """Every answer is JSON, and bearer tokens are checked before any view (by middleware in the
+    bundled project, by broker.urls' guard in yours): so no content negotiation, authenticators,
+    permissions, throttles or versioning to run per request, and the headers every answer carries
+    are computed once per view class (cProfile of the claim/ack path: these hooks cost ~0.1 ms a
+    request). Nothing here reads a project's REST_FRAMEWORK setting."""
 
     parser_classes = ()
     authentication_classes = ()
@@ -42,6 +44,10 @@ class BrokerView(APIView):
             # cancel a task by id any more than it may enqueue. A method the view lacks stays 405.
             require_json_type(request)
 
+    def get_exception_handler(self) -> Any:
+        # The broker's JSON errors whatever a project's REST_FRAMEWORK["EXCEPTION_HANDLER"] is.
+        return exception_handler
+
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         return (_RENDERER, _RENDERER.media_type)
 
@@ -54,3 +60,9 @@ class BrokerView(APIView):
 
     def get_renderer_context(self) -> dict[str, Any]:
         return {"view": self}
+
+
+def under(request: HttpRequest, item: object) -> str:
+    """The path of `item` below the collection `request` posted to (a Location header): /jobs/7,
+    or /queue/jobs/7 where a project includes the broker's URLs under /queue/."""
+    return f"{request.path.rstrip('/')}/{item}"

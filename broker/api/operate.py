@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from broker import queues, schedules
 from broker.api import parsing
-from broker.api.base import BrokerView
+from broker.api.base import BrokerView, under
 from broker.api.errors import ValidationFailed
 from broker.api.representation import timestamp
 from broker.models import Schedule
@@ -75,7 +75,7 @@ class SchedulesView(BrokerView):
     def post(self, request: Request) -> Response:
         schedule = _checked(schedules.create, parsing.read_object(request))
         return Response(
-            schedule_body(schedule), status=201, headers={"Location": f"/schedules/{schedule.name}"}
+            schedule_body(schedule), status=201, headers={"Location": under(request, schedule.name)}
         )
 
     def get(self, request: Request) -> Response:

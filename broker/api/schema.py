@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse
 from django.urls import reverse
@@ -43,6 +42,7 @@ from broker.exceptions import DatabaseUnavailable
 from broker.history import schema as history
 from broker.types import schema as types
 from broker.workflows import schema as workflows
+from contract.conf import broker_settings
 
 # Each room of the API states its own operations and shapes (broker/workflows, ...).
 OPERATIONS = {
@@ -97,7 +97,7 @@ _HEADERS_TOO_LARGE = error_answer("Too many or too large headers (gunicorn's lim
 
 def finish_schema(result: Schema, generator: Any, request: Any, public: bool) -> Schema:
     """POSTPROCESSING_HOOKS: components, security and the answers every operation shares."""
-    tokens = bool(settings.BROKER_API_TOKENS)
+    tokens = bool(broker_settings.BROKER_API_TOKENS)
     result["tags"] = [{"name": tag} for tag in TAG_ORDER]
     components = result.setdefault("components", {})
     components.setdefault("schemas", {}).update(COMPONENTS)
@@ -163,7 +163,7 @@ class DocsView(SpectacularSwaggerView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
-        if settings.BROKER_API_TOKENS and not _is_staff(request):
+        if broker_settings.BROKER_API_TOKENS and not _is_staff(request):
             return redirect_to_login(request.get_full_path(), reverse("admin:login"))
         response = super().get(request, *args, **kwargs)
         spec = SchemaGenerator().get_schema(request=request, public=True)

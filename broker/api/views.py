@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from broker import queue, waiting
 from broker.api import parsing
-from broker.api.base import BrokerView
+from broker.api.base import BrokerView, under
 from broker.api.errors import error_body
 from broker.api.representation import delivery, timestamp
 from broker.exceptions import DatabaseUnavailable, TaskNotFound
@@ -43,7 +43,9 @@ class JobsView(BrokerView):
         spec = parsing.parse_enqueue(parsing.read_object(request))
         pk, created = queue.enqueue(spec)
         return Response(
-            {"id": str(pk)}, status=201 if created else 200, headers={"Location": f"/jobs/{pk}"}
+            {"id": str(pk)},
+            status=201 if created else 200,
+            headers={"Location": under(request, pk)},
         )
 
     def get(self, request: Request) -> Response:

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from broker.exceptions import BrokerError
 from broker.models import COUNTER_SHARDS
 from broker.states import backoff_ms
+from contract.conf import broker_settings
 
 LEASE_EXPIRED = "lease expired"
 NO_ERROR_GIVEN = "nacked without an error message"
@@ -133,7 +133,9 @@ def retries_left(attempts: int, max_attempts: int | None) -> bool:
 def retry_delay(attempts: int, jitter: float | None = None) -> timedelta:
     """The backoff before the retry after the `attempts`-th failure (jitter in [0, 1))."""
     rng = random if jitter is None else _Fixed(jitter)
-    ms = backoff_ms(attempts, settings.BROKER_RETRY_BASE_MS, settings.BROKER_RETRY_MAX_MS, rng)
+    ms = backoff_ms(
+        attempts, broker_settings.BROKER_RETRY_BASE_MS, broker_settings.BROKER_RETRY_MAX_MS, rng
+    )
     return timedelta(milliseconds=ms)
 
 

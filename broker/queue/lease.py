@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 
@@ -33,6 +32,7 @@ from broker.queue.base import (
 )
 from broker.queue.settling import Settled, settle_generic
 from broker.states import TRANSITIONS, State
+from contract.conf import broker_settings
 
 _HANDED_OUT = TRANSITIONS["claim"][1]
 _OUTCOMES: tuple[Outcome, ...] = (None, TaskNotHeld, LeaseMismatch)  # sql.SETTLE's codes
@@ -251,8 +251,8 @@ def _settle_pg(
         "nack_jitter": [random.random() for _ in nacks],  # noqa: S311 -- backoff jitter
         "now": now,
         "shard": shard(),
-        "retry_base_ms": settings.BROKER_RETRY_BASE_MS,
-        "retry_max_ms": settings.BROKER_RETRY_MAX_MS,
+        "retry_base_ms": broker_settings.BROKER_RETRY_BASE_MS,
+        "retry_max_ms": broker_settings.BROKER_RETRY_MAX_MS,
         "top": max((pk for pk in ids if pk is not None), default=0),
     }
     statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS

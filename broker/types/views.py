@@ -36,7 +36,7 @@ class TypeView(BrokerView):
             raise ValidationFailed(exc.fields) from exc
         if not created:
             return Response(catalog.describe(row))
-        return Response(catalog.describe(row), status=201, headers={"Location": f"/types/{name}"})
+        return Response(catalog.describe(row), status=201, headers={"Location": request.path})
 
     def delete(self, request: Request, name: str) -> Response:
         parsing.no_body(request)

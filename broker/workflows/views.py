@@ -7,7 +7,7 @@ from rest_framework.response import Response
 
 from broker import queue
 from broker.api import parsing
-from broker.api.base import BrokerView
+from broker.api.base import BrokerView, under
 from broker.api.errors import ValidationFailed
 from broker.exceptions import InvalidTransition
 from broker.models import Workflow
@@ -33,7 +33,7 @@ class WorkflowsView(BrokerView):
         return Response(
             {"id": str(workflow_id), "tasks": {ref: str(pk) for ref, pk in tasks.items()}},
             status=201,
-            headers={"Location": f"/workflows/{workflow_id}"},
+            headers={"Location": under(request, workflow_id)},
         )
 
     def get(self, request: Request) -> Response:
