@@ -54,3 +54,19 @@ def test_every_variable_the_code_reads_is_documented_and_no_other() -> None:
     missing = {name: where for name, where in read.items() if name not in documented}
     assert not missing, f"read but not in queueproject/settings_reference.py: {missing}"
     assert not documented - set(read) - set(READ_ELSEWHERE), "documented but read nowhere"
+
+
+def test_whole_number_defaults_are_the_ones_contract_conf_holds() -> None:
+    from contract.conf import DEFAULTS
+
+    checked = []
+    for setting in ENVIRONMENT:
+        shown = setting.default.split(" / ")
+        for name, text in zip(setting.names, shown, strict=False):
+            value = DEFAULTS.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                assert re.search(rf"(?<![\d,]){value}(?![\d,])", text.replace(",", "")), (
+                    f"{name}: documented {text!r}, contract/conf.py says {value}"
+                )
+                checked.append(name)
+    assert "BROKER_SWEEP_INTERVAL_MS" in checked and "BROKER_RETRY_MAX_MS" in checked
