@@ -24,3 +24,18 @@ class BrokerConfig(AppConfig):
         django_checks.register(checks.settings_valid)
         django_checks.register(checks.body_limits)
         django_checks.register(checks.sqlite_immediate, django_checks.Tags.database, deploy=True)
+        self._watch_tokens()
+
+    def _watch_tokens(self) -> None:
+        """A token made, changed or deleted in this process is seen by it at once (the others
+        revalidate within a second: broker.tokens.auth)."""
+        from django.db.models.signals import post_delete, post_save
+
+        from broker.models import AccessToken
+        from broker.tokens import auth
+
+        def changed(**kwargs: object) -> None:
+            auth.bump()
+
+        post_save.connect(changed, sender=AccessToken, weak=False, dispatch_uid="broker-tokens")
+        post_delete.connect(changed, sender=AccessToken, weak=False, dispatch_uid="broker-tok-d")

@@ -32,9 +32,10 @@ def open_api(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return [
         Warning(
             "BROKER_API_TOKENS is empty: the API is open, so anyone who can reach the broker "
-            "can enqueue, claim, settle, cancel and requeue tasks and read their payloads.",
-            hint="Set BROKER_API_TOKENS=<token>[,<token>...] and give workers and producers "
-            "BROKER_API_TOKEN.",
+            "can enqueue, claim, settle, cancel and requeue tasks and read their payloads "
+            "(unless an access token exists in the database: docs/tenants.md).",
+            hint="Set BROKER_API_TOKENS=<token>[,<token>...], or make access tokens with "
+            "`manage.py createtoken`, and give workers and producers BROKER_API_TOKEN.",
             id="broker.W001",
         )
     ]

@@ -17,10 +17,11 @@ import os
 import threading
 import time
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Max
+from django.db.models import Q
 
 from broker.models import ClaimScope
 from broker.queue.base import current_time
@@ -155,9 +156,12 @@ def prune(now: datetime | None = None) -> int:
 
 
 def workers_seen(queue_name: str, now: datetime | None = None) -> bool:
-    """Whether a claim request that could take from `queue_name` came within WORKERS_SEEN_S."""
+    """Whether a claim request that could take from `queue_name` came within WORKERS_SEEN_S:
+    one naming it, one of every queue, or an access token's naming none, noted as its grants'
+    patterns (`tenant-a.*`: a wildcard, so never a queue's name)."""
     since = (now or current_time()) - timedelta(seconds=WORKERS_SEEN_S)
-    latest = ClaimScope.objects.filter(scope__in=[queue_name, EVERY_QUEUE]).aggregate(
-        at=Max("seen_at")
-    )["at"]
-    return latest is not None and latest >= since
+    scopes = ClaimScope.objects.filter(
+        Q(scope__in=[queue_name, EVERY_QUEUE]) | Q(scope__contains="*") | Q(scope__contains="?"),
+        seen_at__gte=since,
+    ).values_list("scope", flat=True)
+    return any(scope == queue_name or fnmatchcase(queue_name, scope) for scope in scopes)

@@ -123,7 +123,7 @@ SAMPLE_TYPES = ("batch_import", "data_transform", "fail_job", "http_fetch", "ima
                 "merge_results", "send_email", "sleep_job")  # fmt: skip
 # The /stats totals, in the contract's order.
 COUNTER_NAMES = ("enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried",
-                 "requeued", "cancelled", "released")  # fmt: skip
+                 "requeued", "cancelled", "released", "deduplicated")  # fmt: skip
 
 
 def _on_postgres() -> bool:
@@ -302,6 +302,18 @@ def _fresh_claim_hints() -> Any:
     restricted.forget_hints()
     claim_log.reset()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _no_access_tokens_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with an empty database, so with no access token, known fresh: the
+    token cache (broker.tokens.auth) asks the database nothing until a token changes in this
+    process (its signals say so) — query counts are of the work itself. Tests of the
+    revalidation across processes set REFRESH_S back."""
+    from broker.tokens import auth
+
+    monkeypatch.setattr(auth, "REFRESH_S", 3600.0)
+    auth.assume_no_tokens()
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from broker.api.errors import exception_handler
 from broker.api.parsing import require_json_type
 from broker.api.renderers import FastJSONRenderer
+from broker.tokens import access
 
 _RENDERER = FastJSONRenderer()
 _NEGOTIATOR = DefaultContentNegotiation()
@@ -30,6 +31,10 @@ class BrokerView(APIView):
     permission_classes = ()
     throttle_classes = ()
     _headers: dict[str, str] | None = None
+    # method → the action class its route needs of an access token (broker.tokens.access):
+    # "produce" etc., checked by the view on the queue or task it names; "read:*", the action
+    # on every queue, checked here; "open" for none. A method left out refuses tokens.
+    grants: dict[str, str] = {}
 
     def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Request:
         return Request(request, negotiator=_NEGOTIATOR, parser_context={"view": self})
@@ -39,6 +44,9 @@ class BrokerView(APIView):
         request.accepted_renderer, request.accepted_media_type = _RENDERER, _RENDERER.media_type
         request.version, request.versioning_scheme = None, None
         method = request.method or ""
+        if hasattr(self, method.lower()):
+            declared = self.grants.get("get" if method == "HEAD" else method.lower())
+            access.check_route(request, "open" if method == "OPTIONS" else declared)
         if method not in _SAFE and hasattr(self, method.lower()):
             # Also where no body is read (requeue, cancel): a plain HTML form must not requeue or
             # cancel a task by id any more than it may enqueue. A method the view lacks stays 405.

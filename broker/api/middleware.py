@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 from collections.abc import Callable
 from http import HTTPStatus
@@ -16,6 +14,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from broker.api.errors import error_response, json_error
 from broker.exceptions import DatabaseUnavailable, InternalError
 from broker.sqs.limits import is_sqs_path
+from broker.tokens import auth
 from contract.conf import broker_settings
 from contract.limits import whole_number
 
@@ -109,17 +108,21 @@ class BodyLimitMiddleware:
 
 
 def api_refusal(request: HttpRequest, open_path: bool) -> HttpResponse | None:
-    """413 for a body over BROKER_MAX_BODY_BYTES, 401 without a valid bearer token (unless the
-    path is open); None when the request may go on."""
+    """413 for a body over BROKER_MAX_BODY_BYTES, 401 without a valid bearer token while the API
+    is closed (an env token or a database token exists: broker.tokens.auth; not on an open
+    path); None when the request may go on, its grants as `request.broker_access`."""
     length = whole_number(request.META.get("CONTENT_LENGTH") or "0")
     limit = broker_settings.BROKER_MAX_BODY_BYTES
     if length is not None and length > limit:
         return json_error(413, f"The request body is over the {limit}-byte limit.")
-    tokens = broker_settings.BROKER_API_TOKENS
-    if tokens and not open_path and not _token_ok(request, tokens):
+    if open_path:
+        return None
+    access = auth.authenticate(request.META.get("HTTP_AUTHORIZATION", ""))
+    if access is None:
         response = json_error(401, "Missing or wrong bearer token.")
         response["WWW-Authenticate"] = 'Bearer realm="broker"'
         return response
+    request.broker_access = access  # the grants every view asks (broker.tokens.access)
     return None
 
 
@@ -199,17 +202,3 @@ def _admin_refusal(request: HttpRequest) -> str | None:
     if any(name.endswith(_REFUSED_LOOKUPS) for name in request.GET):
         return "Lists do not filter by regular expression or range: use the search or a filter."
     return None
-
-
-def _token_ok(request: HttpRequest, tokens: list[str]) -> bool:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        return False
-    # Digests, so every comparison is of 32 bytes and time says nothing of a token's length
-    # either; every token is compared, without stopping at a match.
-    given_digest = hashlib.sha256(given.strip().encode()).digest()
-    ok = False
-    for token in tokens:
-        ok |= hmac.compare_digest(given_digest, hashlib.sha256(token.encode()).digest())
-    return ok

@@ -61,7 +61,9 @@ class Task(models.Model):
     worker = models.CharField(max_length=255, null=True, blank=True)
     # Unique among the tasks that have one (Meta.constraints): a plain unique=True indexed every
     # row, NULLs too, and brought a second (LIKE) index; every move of every task paid for both.
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # A token's keys are kept apart from others' (broker.tokens.access.idempotency_key): stored
+    # with its marker before them, so longer than the 255 characters a client may send.
+    idempotency_key = models.CharField(max_length=300, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -82,6 +84,8 @@ class Task(models.Model):
         db_index=False,  # task_workflow_idx: the steps of workflows only, not every task
     )
     ref = models.CharField(max_length=64, null=True, blank=True)
+    # The name of the access token that enqueued it (NULL: an env token, or an open broker).
+    enqueued_by = models.CharField(max_length=100, null=True, blank=True)
     # Keys (broker/queue/keys.py): a tenant's, customer's or entity's id; NULL for none.
     key = models.CharField(max_length=128, null=True, blank=True)
     # In an `ordered` queue: an earlier task of its key is unfinished (a Dependency row with
@@ -93,6 +97,11 @@ class Task(models.Model):
     progress_message = models.TextField(null=True, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True)
     checkpoint = models.TextField(null=True, blank=True)
+    # Unique tasks (broker/queue/unique.py): the task holds this key of its queue while the
+    # enqueue's `until` says so; `absorbed` counts the enqueues it answered while pending (never
+    # handed out), each of which may have replaced its payload or pushed its time (debounce).
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    absorbed = models.IntegerField(default=0, db_default=0)
 
     objects = TaskQuerySet.as_manager()
 
@@ -104,7 +113,22 @@ class Task(models.Model):
                 fields=["idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="task_idempotency_key_uniq",
-            )
+            ),
+            # At most one pending task (never handed out, not finished) per queue and unique key:
+            # two enqueues racing on any broker processes insert one task, the other's insert
+            # conflicts and it answers with the winner (broker.queue.unique). A task leaves the
+            # index when it is first handed out (claimed_at is never cleared), so retries,
+            # requeues and the new task a "started" key allows beside a running one coexist:
+            # no existing move can conflict. Keyless tasks are not in it.
+            models.UniqueConstraint(
+                fields=["queue", "unique_key"],
+                condition=Q(
+                    unique_key__isnull=False,
+                    claimed_at__isnull=True,
+                    state__in=["blocked", "delayed", "ready"],
+                ),
+                name="task_unique_pending_uniq",
+            ),
         ]
         indexes = [
             # The claim: partial on ready, so 10 or 10 million finished rows cost the same.
@@ -145,6 +169,12 @@ class Task(models.Model):
             # GET /jobs?key=: newest first.
             models.Index(
                 fields=["key", "-id"], condition=Q(key__isnull=False), name="task_key_idx"
+            ),
+            # A unique key's holder (oldest first) and GET /jobs?unique_key=.
+            models.Index(
+                fields=["unique_key", "queue", "id"],
+                condition=Q(unique_key__isnull=False),
+                name="task_unique_key_idx",
             ),
             models.Index(
                 fields=["lease_deadline"], condition=Q(state="handed_out"), name="task_lease_idx"

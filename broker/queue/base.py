@@ -28,6 +28,39 @@ MAX_KEPT_ERRORS = 100
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePatterns:
+    """A claim's scope given as patterns, not names (an access token's grants, broker.tokens):
+    regular expressions over queue names, resolved against the queues with ready tasks."""
+
+    globs: tuple[str, ...]  # as granted: `*` and `?` (fnmatch)
+    regexes: tuple[str, ...]  # the same as regular expressions, for the database
+
+
+@dataclass(frozen=True, slots=True)
+class Unique:
+    """An enqueue's `unique`: at most one task of its queue holds `key` while `until` says so
+    (broker.queue.unique)."""
+
+    key: str
+    until: str = "finished"  # or "started", "period"
+    period_s: int | None = None  # with "period" only
+    on_conflict: str = "skip"  # or "replace"
+    debounce_ms: int | None = None
+    debounce_max_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What an enqueue did: a new task (created), or the id of the task that already holds the
+    request's idempotency key or unique key; `replaced`: its payload became the request's."""
+
+    pk: int
+    created: bool
+    deduplicated: bool = False
+    replaced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class NewTask:
     """What an enqueue asks for, already validated."""
 
@@ -45,6 +78,8 @@ class NewTask:
     # broker.enqueue's run_after: the time itself (delay_ms, read off an earlier clock, is only
     # what was validated), so the task is ready at it, not milliseconds after.
     not_before: datetime | None = None
+    enqueued_by: str | None = None  # the access token's name (broker.tokens)
+    unique: Unique | None = None  # at most one task per key (broker.queue.unique)
 
 
 @dataclass(frozen=True, slots=True)

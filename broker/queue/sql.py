@@ -171,6 +171,29 @@ _QUEUES = (
     " AND name = ANY(%(queues)b::varchar[])",
 )
 CLAIM_ANY, CLAIM_ONE_QUEUE, CLAIM_QUEUES = (_claim(*c) for c in (_ANY, _ONE_QUEUE, _QUEUES))
+
+# The names of the queues with claimable tasks, by a loose index scan: one probe of
+# task_claim_queue_idx per queue, so no queue's backlog is walked.
+_READY_NAMES = (
+    "RECURSIVE names(name) AS ("
+    f"(SELECT queue FROM broker_task WHERE {CLAIMABLE} ORDER BY queue LIMIT 1)"
+    " UNION ALL SELECT (SELECT t.queue FROM broker_task t WHERE t.state = 'ready'"
+    " AND NOT t.key_wait AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n"
+    " WHERE n.name IS NOT NULL), "
+)
+_MATCHES = " ~ ANY(%(regexes)s::text[])"
+# An access token's claim naming no queue (broker.tokens): the queues with ready tasks whose names
+# match its grants' patterns (regular expressions), each by its own index range, in this very
+# statement; gated as the others when a restricted queue matches.
+_MATCHING = (
+    _per_queue(
+        f"(SELECT name FROM names WHERE name IS NOT NULL AND name{_MATCHES}{_OPEN}) AS q",
+        "%(limit)s",
+    ),
+    f" AND name{_MATCHES}",
+)
+CLAIM_MATCHING = _claim(*_MATCHING, prefix=_READY_NAMES)
+CLAIM_MATCHING_MANY = _claim(*_MATCHING, prefix=_READY_NAMES, many=True)
 CLAIM_ANY_MANY, CLAIM_ONE_QUEUE_MANY, CLAIM_QUEUES_MANY = (
     _claim(*c, many=True) for c in (_ANY, _ONE_QUEUE, _QUEUES)
 )
@@ -247,6 +270,12 @@ def _allowed(source: str) -> str:
         f"SELECT name FROM {QUEUE_TABLE} WHERE {RESTRICTED})))) AS q"
     )
 
+
+# The queues with claimable tasks (one probe of task_claim_queue_idx each: no queue's backlog is
+# walked) whose names match one of the regular expressions: a token's claim that names no queue.
+READY_QUEUES_MATCHING = (
+    f"WITH {_READY_NAMES[:-2]} SELECT name FROM names WHERE name IS NOT NULL AND name{_MATCHES}"
+)
 
 # Hand out the tasks a keyed pick chose (broker.queue.keyclaims), if still claimable.
 CLAIM_IDS = _claim(

@@ -21,16 +21,18 @@ NEW_VALUES = (
     "available_at",
     "idempotency_key",
     "backoff",
+    "enqueued_by",
+    "unique_key",
 )
 _NEW_CONSTANTS = {
-    "attempts": "0", "blockers": "0", "children": "0", "key_wait": "false",
+    "attempts": "0", "blockers": "0", "children": "0", "key_wait": "false", "absorbed": "0",
     "created_at": "%(now)s", "updated_at": "%(now)s",
 }  # fmt: skip
-_NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
+NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
 _ENQUEUE_EVENTS = ("enqueue", "enqueue_delayed")
 
 
-def _new_value(column: str) -> str:
+def new_value(column: str) -> str:
     if column in NEW_VALUES:
         return f"%({column})s"
     return _NEW_CONSTANTS.get(column, "NULL")
@@ -39,8 +41,8 @@ def _new_value(column: str) -> str:
 def _enqueue(deferred: bool) -> str:
     return (
         "WITH new AS ("
-        f" INSERT INTO broker_task ({', '.join(_NEW_COLUMNS)})"
-        f" VALUES ({', '.join(_new_value(c) for c in _NEW_COLUMNS)})"
+        f" INSERT INTO broker_task ({', '.join(NEW_COLUMNS)})"
+        f" VALUES ({', '.join(new_value(c) for c in NEW_COLUMNS)})"
         # The partial unique index's predicate, for PostgreSQL to infer it (Task.Meta).
         " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
         " RETURNING id, queue, NULL::text AS o, state AS n"
@@ -59,14 +61,14 @@ def _enqueue_many(deferred: bool) -> str:
     return (
         "WITH new AS ("
         " INSERT INTO broker_task (state, queue, priority, type, payload, attempts, max_attempts,"
-        " backoff, available_at, created_at, updated_at)"
+        " backoff, available_at, enqueued_by, created_at, updated_at)"
         " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts, u.backoff,"
-        " u.available_at, %(now)s, %(now)s"
+        " u.available_at, u.enqueued_by, %(now)s, %(now)s"
         " FROM unnest(%(state)b::varchar[], %(queue)b::varchar[], %(priority)b::smallint[],"
         " %(type)b::varchar[], %(payload)b::text[], %(max_attempts)b::smallint[],"
-        " %(backoff)b::boolean[], %(available_at)b::timestamptz[])"
+        " %(backoff)b::boolean[], %(available_at)b::timestamptz[], %(enqueued_by)b::varchar[])"
         " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, backoff,"
-        " available_at, n) ORDER BY u.n"
+        " available_at, enqueued_by, n) ORDER BY u.n"
         " RETURNING id, queue, NULL::text AS o, state AS n"
         f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
         f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"

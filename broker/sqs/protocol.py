@@ -20,6 +20,8 @@ from broker.longpoll import parking_of, socket_gone
 from broker.parking.loop import Slot
 from broker.sqs import errors, limits, queues, receiving, sending, sigv4
 from broker.sqs.params import Call
+from broker.tokens import auth, sqskeys
+from broker.tokens.grants import FULL
 from contract.conf import broker_settings
 from contract.limits import whole_number
 
@@ -97,8 +99,11 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
         # The client hung up mid-body: what arrived may parse, but it is not what was sent.
         raise errors.SerializationException("The request body ended before its Content-Length.")
     key_id = None
-    if broker_settings.BROKER_API_TOKENS:
-        key_id = sigv4.verify(request, body, broker_settings.BROKER_SQS_CREDENTIALS, timezone.now())
+    grants = FULL
+    if auth.closed():
+        keys = sqskeys.Credentials(broker_settings.BROKER_SQS_CREDENTIALS)
+        key_id = sigv4.verify(request, body, keys, timezone.now())  # type: ignore[arg-type]
+        grants = keys.access_of(key_id)
     action = _action(request)
     content_type = request.META.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
     if content_type not in _JSON_TYPES:
@@ -106,7 +111,10 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
             "The SQS endpoint takes application/x-amz-json-1.0 bodies (the JSON protocol)."
         )
     worker = f"sqs:{key_id}" if key_id else "sqs"
-    return ACTIONS[action](_call(request, queue_name, _body(body), worker, parking))
+    call = _call(request, queue_name, _body(body), worker, parking)
+    sqskeys.check(grants, action, call)
+    answer = ACTIONS[action](call)
+    return sqskeys.listed(grants, action, answer)
 
 
 def _call(

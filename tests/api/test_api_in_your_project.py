@@ -102,7 +102,7 @@ def test_failure_in_a_view__json_500_not_the_projects_page(monkeypatch) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(queue, "enqueue", broken)
+    monkeypatch.setattr(queue, "enqueue_answer", broken)  # what POST /jobs calls
     client = Client(raise_request_exception=False)
     assert_json_error(post(client, "/queue/jobs", {"payload": {}}), 500)
 
@@ -111,7 +111,7 @@ def test_database_error__json_503(monkeypatch) -> None:
     def away(*args, **kwargs):
         raise DatabaseError("the database is away")
 
-    monkeypatch.setattr(queue, "enqueue", away)
+    monkeypatch.setattr(queue, "enqueue_answer", away)
     client = Client(raise_request_exception=False)
     assert_json_error(post(client, "/queue/jobs", {"payload": {}}), 503)
 
@@ -202,3 +202,16 @@ def test_page_guard__added_to_a_projects_middleware__guards_its_admin() -> None:
         assert client.get("/admin/broker/task/").status_code == 200
         assert client.get("/elsewhere?q=%00").status_code == 404  # the project's own paths
         assert post(client, "/queue/jobs", {"payload": {}}).status_code == 201
+
+
+def test_access_tokens__grants_under_the_prefix() -> None:
+    from broker.tokens import making
+
+    secret = making.make("tenant-a", ["all:tenant-a.*"]).secret
+    client = Client(headers={"Authorization": f"Bearer {secret}"})
+    assert_json_error(Client().get("/queue/stats"), 401)
+    r = post(client, "/queue/jobs", {"payload": 1, "queue": "tenant-a.mail"})
+    assert r.status_code == 201, r.content
+    assert client.get(f"/queue/jobs/{r.json()['id']}").json()["enqueued_by"] == "tenant-a"
+    assert_json_error(post(client, "/queue/jobs", {"payload": 1, "queue": "b"}), 403)
+    assert_json_error(client.get("/queue/metrics"), 403)
