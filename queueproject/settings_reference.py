@@ -33,8 +33,9 @@ ENVIRONMENT: tuple[Setting, ...] = (
         ("BROKER_API_TOKENS",),
         "empty (open)",
         (
-            "comma-separated bearer tokens; when set, every API call but `/healthz` and `/` "
-            "needs `Authorization: Bearer <token>` (`/sqs` needs a signature instead)"
+            "comma-separated bearer tokens with every right; when set (or once an access token "
+            "exists in the database: [tenants.md](tenants.md)), every API call but `/healthz` "
+            "and `/` needs `Authorization: Bearer <token>` (`/sqs` needs a signature instead)"
         ),
     ),
     Setting(
@@ -61,7 +62,7 @@ ENVIRONMENT: tuple[Setting, ...] = (
         (
             "a sweeper back after losing the database does not reclaim the leases that ended "
             "meanwhile until this long after: their workers settle them first "
-            "([failure-semantics.md](failure-semantics.md#the-database-fails-over)); keep it "
+            "([high-availability.md](high-availability.md#the-database-fails-over)); keep it "
             "above the workers' retry backoff cap (5 s) plus a request's time"
         ),
     ),
@@ -88,7 +89,7 @@ ENVIRONMENT: tuple[Setting, ...] = (
         "10000",
         (
             "how many schedules may exist; `POST /schedules` past it is a 400 "
-            "([queues.md](queues.md#schedules)); `0`: none may be made"
+            "([schedules.md](schedules.md)); `0`: none may be made"
         ),
     ),
     Setting(
