@@ -148,9 +148,9 @@ ENVIRONMENT: tuple[Setting, ...] = (
         (
             "after losing PostgreSQL (a restart, a failover), how often each process (its "
             "pool and its `LISTEN` connection) tries to reconnect: writes resume within about"
-            " this of the primary taking writes again ([below](high-availability.md)); also "
-            "how often a parked claim woken for its queue looks again after a look that found"
-            " no connection"
+            " this of the primary taking writes again "
+            "([high-availability.md](high-availability.md)); also how often a parked claim "
+            "woken for its queue looks again after a look that found no connection"
         ),
     ),
     Setting(
