@@ -91,9 +91,9 @@ class WaitView(BrokerView):
 
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request)
-        parsing.only_fields(body, {"lease_id", "checkpoint", *_WAIT_FIELDS})
         lease_id = parsing.lease_id_from(request, body)
-        problems: dict[str, list[str]] = {}
+        allowed = {"lease_id", "checkpoint", *_WAIT_FIELDS}
+        problems = {k: ["Unknown field."] for k in body if k not in allowed}
         checkpoint = None
         if "checkpoint" in body:
             size = _json_bytes(body["checkpoint"])
