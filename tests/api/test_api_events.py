@@ -283,3 +283,27 @@ def test_grants__an_event_releases_only_its_tokens_queues(api_client) -> None:
     assert r.status_code == 403
     assert api_client.get("/events", **_bearer(reader)).status_code == 200
     assert api_client.get("/events", **_bearer(producer)).status_code == 403
+
+
+def test_metrics__events_received_and_jobs_suspended(api_client) -> None:
+    _event(api_client, "e", "k")
+    pk = _enqueue(api_client)["id"]
+    lease = api_client.get("/jobs/next", {"wait_ms": 0}).json()["lease_id"]
+    r = post(api_client, f"/jobs/{pk}/wait?lease_id={lease}", {"event": "f", "key": "k"})
+    assert r.status_code == 200
+    lines = api_client.get("/metrics").content.decode().splitlines()
+    assert "events_received_total 1.0" in lines
+    assert "jobs_suspended_total 1.0" in lines
+
+
+def test_broker_enqueue__wait_for__blocked_until_the_event(api_client) -> None:
+    import broker
+    from broker.exceptions import InvalidTaskError
+
+    pk = broker.enqueue({"n": 1}, wait_for={"event": "e", "key": "k", "timeout_ms": 1000})
+    body = _task(api_client, pk)
+    assert (body["state"], body["waiting"]["reason"]) == ("blocked", "event")
+    assert body["waiting"]["until"] is not None
+    with pytest.raises(InvalidTaskError) as refused:
+        broker.enqueue({"n": 1}, wait_for={"event": "e"})
+    assert "wait_for.key" in refused.value.fields
