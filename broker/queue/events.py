@@ -167,17 +167,26 @@ _WAITERS = (
 )
 
 
+# Ids per statement: a statement takes at most 65535 parameters (PostgreSQL's wire protocol).
+_CHUNK = 10_000
+
+
+def _chunks(ids: list[int]) -> list[list[int]]:
+    return [ids[n : n + _CHUNK] for n in range(0, len(ids), _CHUNK)]
+
+
 def _delete_waits(ids: list[int]) -> set[int]:
     """Delete these tasks' wait rows; the ids whose rows were still there (others ended them)."""
-    if not ids:
-        return set()
-    marks = ", ".join(["%s"] * len(ids))
+    ended: set[int] = set()
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM broker_eventwait WHERE task_id IN ({marks}) RETURNING task_id",  # noqa: S608
-            ids,
-        )
-        return {row[0] for row in cursor.fetchall()}
+        for chunk in _chunks(ids):
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"DELETE FROM broker_eventwait WHERE task_id IN ({marks}) RETURNING task_id",  # noqa: S608
+                chunk,
+            )
+            ended.update(row[0] for row in cursor.fetchall())
+    return ended
 
 
 def _release(rows: Sequence[tuple[Any, ...]], event: str | None, now: datetime) -> list[Any]:
@@ -205,16 +214,17 @@ def _release(rows: Sequence[tuple[Any, ...]], event: str | None, now: datetime) 
             moves.append((queue, _BLOCKED, _READY))
             woken[queue] += not key_wait
     tasks = Task.objects
-    if stay:
-        tasks.filter(pk__in=stay).update(blockers=F("blockers") - 1, event=event, updated_at=now)
-    if ready:
-        tasks.filter(pk__in=ready).update(
+    for chunk in _chunks(stay):
+        tasks.filter(pk__in=chunk).update(blockers=F("blockers") - 1, event=event, updated_at=now)
+    for chunk in _chunks(ready):
+        tasks.filter(pk__in=chunk).update(
             state=_READY, blockers=0, available_at=now, event=event, updated_at=now
         )
     for delay, ids in delayed.items():
-        tasks.filter(pk__in=ids).update(
-            state=_DELAYED, blockers=0, available_at=now + delay, event=event, updated_at=now
-        )
+        for chunk in _chunks(ids):
+            tasks.filter(pk__in=chunk).update(
+                state=_DELAYED, blockers=0, available_at=now + delay, event=event, updated_at=now
+            )
     announce(+woken)
     return moves
 
