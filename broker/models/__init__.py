@@ -10,7 +10,7 @@ from broker.models.counters import (
     CounterDelta,
     QueueCounter,
 )
-from broker.models.events import Event, EventWait
+from broker.models.events import Approval, Event, EventWait
 from broker.models.history import (
     HISTORY_COLUMNS,
     HISTORY_COUNTS,
@@ -37,7 +37,7 @@ from broker.models.types import JobType
 
 __all__ = [
     "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
-    "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "AccessToken",
+    "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "AccessToken", "Approval",
     "ClaimScope",
     "CounterDelta", "DeadTask", "Dependency", "Event", "EventWait", "HistoryClock", "HistoryMark",
     "HistoryPoint",

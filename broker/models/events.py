@@ -55,3 +55,14 @@ class EventWait(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.task_id} waits for {self.name}:{self.key}"
+
+
+class Approval(EventWait):
+    """A task waiting for the event `approval` (admin's Approvals page): deciding posts that
+    event with its key. Deciding needs a permission of its own."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "approval"
+        verbose_name_plural = "approvals"
+        permissions = [("decide_approval", "Can approve or reject tasks waiting for approval")]
