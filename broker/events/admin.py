@@ -40,6 +40,12 @@ class ApprovalAdmin(ReadOnly, admin.ModelAdmin):
     change_list_template = "admin/broker/approval/change_list.html"
     search_fields = ("key",)
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = {"title": "Tasks waiting for approval", **(extra_context or {})}
+        return super().changelist_view(request, extra)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         waits = super().get_queryset(request).select_related("task")
         return waits.filter(name=APPROVAL_EVENT, task__state=State.BLOCKED)
