@@ -69,10 +69,26 @@ class KeyState(models.Model):
     key = models.CharField(max_length=128)
     served_at = models.DateTimeField()
     tail = models.BigIntegerField(null=True, blank=True)
+    # Set by the sweeper (broker.queue.keys.sleep) on a key with nothing claimable and nothing
+    # that can become so but its delayed tasks: until the first of them is due ("infinity": it
+    # has no live task). A fair claim's rounds walk only the keys awake; the enqueue of a task
+    # of the key (or a requeue) wakes it, and so does the first fair claim after that time.
+    asleep_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "key"], name="keystate_queue_key")]
-        indexes = [models.Index(fields=["queue", "served_at", "key"], name="keystate_served_idx")]
+        indexes = [
+            models.Index(
+                fields=["queue", "served_at", "key"],
+                condition=Q(asleep_until__isnull=True),
+                name="keystate_awake_idx",
+            ),
+            models.Index(
+                fields=["queue", "asleep_until"],
+                condition=Q(asleep_until__isnull=False),
+                name="keystate_asleep_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"key {self.key!r} of {self.queue}"
@@ -141,6 +157,9 @@ class SqsQueue(models.Model):
     # FifoQueue (set at CreateQueue only; the broker queue is `ordered`) and, on such a queue,
     # ContentBasedDeduplication (the SHA-256 of a body is its deduplication id).
     fifo = models.BooleanField(default=False, db_default=False)
+    # Made by CreateQueue (not a broker queue SQS only looked up): a claim that names no queue
+    # leaves its messages to ReceiveMessage and to claims naming it.
+    made_by_sqs = models.BooleanField(default=False, db_default=False)
     content_based_dedup = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

@@ -41,7 +41,8 @@ SERVED_KEEP = timedelta(minutes=10)
 UNFINISHED = (State.READY, State.HANDED_OUT, State.DELAYED, State.BLOCKED)
 _UPSERT = (
     'INSERT INTO "broker_keystate" ("queue", "key", "served_at") VALUES {rows}'
-    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at"'
+    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at",'
+    ' "asleep_until" = NULL'  # a key asleep has a task now: woken (see sleep)
     ' RETURNING "queue", "key", "tail"'
 )
 

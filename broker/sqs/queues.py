@@ -131,7 +131,8 @@ def create_queue(call: Call) -> dict[str, Any]:
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 64 in length"
         )
     with transaction.atomic():
-        found, created = _locked_row(name, fields)
+        # Made here, the queue is SQS's: claims naming no queue leave it alone.
+        found, created = _locked_row(name, {**fields, "made_by_sqs": True})
         clash = None if created else queueattrs.differing(found, fields)
         if clash:
             raise errors.QueueNameExists(
