@@ -70,8 +70,8 @@ class KeyState(models.Model):
     served_at = models.DateTimeField()
     tail = models.BigIntegerField(null=True, blank=True)
     # Set by the sweeper (broker.queue.keys.sleep) on a key with nothing claimable and nothing
-    # that can become so but its delayed tasks: until the first of them is due ("infinity": it
-    # has no live task). A fair claim's rounds walk only the keys awake; the enqueue of a task
+    # that can become so but its delayed tasks: until the first of them is due (the year 9999:
+    # it has no live task). A fair claim's rounds walk only the keys awake; the enqueue of a task
     # of the key (or a requeue) wakes it, and so does the first fair claim after that time.
     asleep_until = models.DateTimeField(null=True, blank=True)
 
