@@ -28,6 +28,10 @@ class Queue(models.Model):
     fair = models.BooleanField(default=False, db_default=False)
     key_max_in_flight = models.PositiveIntegerField("key max in flight", null=True, blank=True)
     ordered = models.BooleanField(default=False, db_default=False)
+    # Made by SQS's CreateQueue (not a broker queue SQS only looked up): a claim that names no
+    # queue leaves its messages to ReceiveMessage and to claims naming it. On this row, so the
+    # one-statement claim's gate reads it in the scan it makes anyway.
+    made_by_sqs = models.BooleanField(default=False, db_default=False, editable=False)
     # The rate limiter's token bucket, moved only by a claim holding this row's lock.
     tokens = models.FloatField(default=0)
     refilled_at = models.DateTimeField(null=True, blank=True)
@@ -157,9 +161,6 @@ class SqsQueue(models.Model):
     # FifoQueue (set at CreateQueue only; the broker queue is `ordered`) and, on such a queue,
     # ContentBasedDeduplication (the SHA-256 of a body is its deduplication id).
     fifo = models.BooleanField(default=False, db_default=False)
-    # Made by CreateQueue (not a broker queue SQS only looked up): a claim that names no queue
-    # leaves its messages to ReceiveMessage and to claims naming it.
-    made_by_sqs = models.BooleanField(default=False, db_default=False)
     content_based_dedup = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Q, Sum
 
-from broker.models import RESTRICTED, Queue, QueueCounter, SqsQueue, Task
+from broker.models import RESTRICTED, Queue, QueueCounter, Task
 from broker.queue import keyclaims, sizing, sql
 from broker.queue.base import current_time, shard
 from broker.wakeup import announce
@@ -307,7 +307,7 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
         if hand.queues:
             scope = scope.filter(name__in=hand.queues)
         else:
-            scope = scope.exclude(name__in=SqsQueue.objects.filter(made_by_sqs=True).values("name"))
+            scope = scope.exclude(made_by_sqs=True)
         rows = list(
             scope.values_list(
                 "name", "paused", "max_in_flight", "rate_per_s", "tokens", "refilled_at",
@@ -359,7 +359,7 @@ def _pick_generic(
     columns = sql.CLAIM_COLUMNS
     ready = Task.objects.ready(hand.queues).exclude(queue__in=restricted)
     if not hand.queues:
-        ready = ready.exclude(queue__in=SqsQueue.objects.filter(made_by_sqs=True).values("name"))
+        ready = ready.exclude(queue__in=Queue.objects.filter(made_by_sqs=True).values("name"))
     found = list(ready.claim_order().values_list(*columns)[:limit])
     for g in grants:
         if g.most > 0:

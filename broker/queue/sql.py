@@ -60,7 +60,7 @@ RESTRICTED = (
 CLAIMABLE = "state = 'ready' AND NOT key_wait"
 QUEUE_TABLE = "broker_queue"
 # The queues SQS's CreateQueue made: a claim that names no queue leaves them alone (API.md).
-SQS_MADE = "SELECT name FROM broker_sqsqueue WHERE made_by_sqs"
+SQS_MADE = f"SELECT name FROM {QUEUE_TABLE} WHERE made_by_sqs"
 _MARKER = ", ".join(["NULL"] * len(CLAIM_COLUMNS))  # and NULL sort keys: it sorts last
 
 
@@ -96,9 +96,7 @@ def _claim(
     returning = ", ".join(f"t.{c}" for c in CLAIM_COLUMNS)
     gated = (
         f"gate AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}"
-        f" WHERE {RESTRICTED}{gate})"
-        + (f" OR EXISTS ({SQS_MADE})" if every else "")
-        + " AS held), "
+        f" WHERE {f'({RESTRICTED} OR made_by_sqs)' if every else RESTRICTED}{gate}) AS held), "
         if gate is not None
         else ""
     )
@@ -222,15 +220,13 @@ _SCOPE_READY = (
 
 def _restricted_in(ready: str) -> str:
     """(name, paused, ready, sqs) rows: the restricted queues of the scope; of a claim that names
-    no queue, not those SQS made, which come as rows of their own (sqs true: not to claim from,
-    but the one-statement claim's gate holds for them)."""
+    no queue, those SQS made too (sqs true: not to claim from, but the one-statement claim's
+    gate holds for them)."""
     return (
         f"SELECT q.name, q.paused, r.ready, q.sqs FROM (SELECT {ready} AS ready) AS r"
-        f" LEFT JOIN (SELECT name, paused, false AS sqs FROM {QUEUE_TABLE} WHERE {RESTRICTED}"
-        " AND (%(every)s OR name = ANY(%(scope)s::varchar[]))"
-        f" AND NOT (%(every)s AND name IN ({SQS_MADE}))"
-        f" UNION ALL SELECT name, false, true FROM broker_sqsqueue WHERE %(every)s AND made_by_sqs"
-        ") AS q ON true ORDER BY q.name"
+        f" LEFT JOIN (SELECT name, paused, %(every)s AND made_by_sqs AS sqs FROM {QUEUE_TABLE}"
+        f" WHERE ({RESTRICTED} OR (%(every)s AND made_by_sqs))"
+        " AND (%(every)s OR name = ANY(%(scope)s::varchar[]))) AS q ON true ORDER BY q.name"
     )
 
 

@@ -131,8 +131,7 @@ def create_queue(call: Call) -> dict[str, Any]:
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 64 in length"
         )
     with transaction.atomic():
-        # Made here, the queue is SQS's: claims naming no queue leave it alone.
-        found, created = _locked_row(name, {**fields, "made_by_sqs": True})
+        found, created = _locked_row(name, fields)
         clash = None if created else queueattrs.differing(found, fields)
         if clash:
             raise errors.QueueNameExists(
@@ -141,6 +140,8 @@ def create_queue(call: Call) -> dict[str, Any]:
             )
         if created:
             queue_settings.update(name, {"ordered": True} if fifo else {"fair": True})
+            # Made here, the queue is SQS's: claims naming no queue leave it alone.
+            Queue.objects.filter(name=name).update(made_by_sqs=True)
     if created and "max_receive_count" in fields:
         queue.limit_receives(name, fields["max_receive_count"])
     return {"QueueUrl": queue_url(call, name)}
