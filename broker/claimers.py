@@ -152,10 +152,10 @@ def prune(now: datetime | None = None) -> int:
     return deleted
 
 
-def workers_seen(queue_name: str, now: datetime | None = None) -> bool:
-    """Whether a claim request that could take from `queue_name` came within WORKERS_SEEN_S."""
+def workers_seen(queue_name: str, now: datetime | None = None, *, every: bool = True) -> bool:
+    """Whether a claim request that could take from `queue_name` came within WORKERS_SEEN_S;
+    every=False: a queue that claims naming no queue leave alone (SQS's CreateQueue made it)."""
     since = (now or current_time()) - timedelta(seconds=WORKERS_SEEN_S)
-    latest = ClaimScope.objects.filter(scope__in=[queue_name, EVERY_QUEUE]).aggregate(
-        at=Max("seen_at")
-    )["at"]
+    scopes = [queue_name, EVERY_QUEUE] if every else [queue_name]
+    latest = ClaimScope.objects.filter(scope__in=scopes).aggregate(at=Max("seen_at"))["at"]
     return latest is not None and latest >= since

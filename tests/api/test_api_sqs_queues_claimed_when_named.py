@@ -48,3 +48,15 @@ def test_claim_without_queue__a_native_queue_sqs_only_looked_up__still_taken(
     status, answer, _ = sqs("GetQueueUrl", {"QueueName": "reports"})
     assert status == 200, answer
     assert [d["task"]["id"] for d in take(n=10)] == [native]
+
+
+def test_waiting__a_claim_naming_no_queue__no_worker_of_an_sqs_made_queue(
+    sqs: Sqs, queue_url, api_client
+) -> None:
+    from broker.claimers import claim_log
+
+    message = _send(sqs, queue_url("orders"))
+    api_client.get("/jobs/next", {"wait_ms": 0})
+    claim_log.flush()
+    # The claim that named no queue could not take it: no worker of the queue came.
+    assert api_client.get(f"/jobs/{message}").json()["waiting"]["reason"] == "no_workers"
