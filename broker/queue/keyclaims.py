@@ -2,19 +2,21 @@
 queue's settings row lock that broker.queue.restricted takes: one claim of such a queue at a time,
 so what a pick reads (the keys' last hand-outs, their tasks in flight) is what it acts on.
 
-- fair: among the claimable tasks of the highest priority present, the oldest task of the key
-  whose last hand-out is longest ago (keyless tasks are the key ""; keys never served come first,
-  oldest first: keys.unserved). A claim of n takes them round by round, as n single claims in a
-  row would: one task of each key in that order, then a second of each, ...; the keys' `served_at`
-  then moves on, in the order their tasks were taken. The keys are walked in `served_at` order
-  (keystate_served_idx), each probed once on task_key_claim_idx: one key's backlog is one probe,
-  never walked. A round that finds one key alone at the top priority (a queue whose tasks have no
+- fair: among the claimable tasks of keys not full, of the highest priority present among them,
+  the oldest task of the key whose last hand-out is longest ago (keyless tasks are the key "";
+  keys never served come first, oldest first: keys.unserved). A claim of n takes them round by
+  round, as n single claims in a row would: one task of each key in that order, then a second
+  of each, ...; when the priority changes, the keys this claim served go after the others, in
+  the order it served them; their `served_at` then moves on in that order. The keys awake are
+  walked in `served_at` order (keystate_awake_idx; keys with nothing to claim sleep:
+  keys.sleep), each probed once on task_key_claim_idx: one key's backlog is one probe, never
+  walked. A round that finds one key alone at the top priority (a queue whose tasks have no
   key: an SQS standard queue, fair from its CreateQueue) takes that key's next tasks in one more
   probe, as the rounds to come would one by one: a claim of n costs the same few statements
   whatever n is.
-- key_max_in_flight: a key with that many tasks handed out is skipped until one of them ends;
-  keyless tasks are not limited. Without `fair` the queue keeps claim order (priority, oldest),
-  walking past the ready tasks of full keys.
+- key_max_in_flight: a key with that many tasks handed out is skipped until one of them ends
+  (one that reaches it within a claim too); keyless tasks are not limited. Without `fair` the
+  queue keeps claim order (priority, oldest), walking past the ready tasks of full keys.
 """
 
 from __future__ import annotations
@@ -79,9 +81,9 @@ MORE_OF_KEY = (
     " ORDER BY queue, COALESCE(key, ''), priority, available_at, id LIMIT %(most)s"
 )
 # Before a fair claim's rounds, in one statement: the keys whose sleep is over (their first
-# delayed task is due: keys.sleep) woken, and the keyless tasks' row made when missing: never
-# served, appeared with its oldest claimable task (as keys do with their first task;
-# keys.unserved). The probe runs only when the row is missing.
+# delayed task is due: keys.sleep) woken (a WITH that writes runs whether read or not), and the
+# keyless tasks' row made when missing: never served, appeared with its oldest claimable task
+# (as keys do with their first task; keys.unserved). The probe runs only when the row is missing.
 PREPARE = (
     "WITH woken AS (UPDATE broker_keystate SET asleep_until = NULL WHERE queue = %(queue)s"
     " AND asleep_until <= %(now)s::timestamptz RETURNING 1)"
@@ -90,7 +92,6 @@ PREPARE = (
     " AND queue = %(queue)s AND COALESCE(key, '') = '' ORDER BY priority, available_at, id"
     " LIMIT 1), %(now)s::timestamptz) - %(lead)s::interval"
     " WHERE NOT EXISTS (SELECT 1 FROM broker_keystate WHERE queue = %(queue)s AND key = '')"
-    " AND (SELECT count(*) FROM woken) >= 0"
     " ON CONFLICT (queue, key) DO NOTHING"
 )
 SERVED = (
