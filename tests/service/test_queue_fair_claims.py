@@ -34,7 +34,7 @@ def claimed(scope: list[str] | None, n: int = 1) -> list[int]:
 def test_key_max__a_full_keys_higher_priority__other_keys_still_handed_out(
     fair: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(waiting, "workers_seen", lambda name: True)
+    monkeypatch.setattr(waiting, "workers_seen", lambda name, every=True: True)
     queues.update("f", {"fair": fair, "key_max_in_flight": 1})
     a1, a2 = put("f", "A", 2, priority=HIGH)
     (b1,) = put("f", "B", priority=NORMAL)
