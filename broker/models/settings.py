@@ -39,9 +39,16 @@ class Queue(models.Model):
 
     class Meta:
         ordering = ["name"]
-        # Every claim asks whether a restricted queue is in its scope (broker.queue.sql): one
-        # probe of this index, however many plain rows admin made for the queues it lists.
-        indexes = [models.Index(fields=["name"], condition=RESTRICTED, name="queue_restricted_idx")]
+        # Every claim asks whether a restricted queue is in its scope (broker.queue.sql), and a
+        # claim naming no queue whether SQS made one: one probe of this index, however many
+        # plain rows admin made for the queues it lists.
+        indexes = [
+            models.Index(
+                fields=["name"],
+                condition=RESTRICTED | Q(made_by_sqs=True),
+                name="queue_restricted_idx",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

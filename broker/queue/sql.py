@@ -218,20 +218,27 @@ _SCOPE_READY = (
 )
 
 
-def _restricted_in(ready: str) -> str:
+def _restricted_in(ready: str, every: bool) -> str:
     """(name, paused, ready, sqs) rows: the restricted queues of the scope; of a claim that names
-    no queue, those SQS made too (sqs true: not to claim from, but the one-statement claim's
-    gate holds for them)."""
+    no queue (every), those SQS made too (sqs true: not to claim from, but the one-statement
+    claim's gate holds for them). Each condition implies queue_restricted_idx's."""
+    queues = (
+        f"SELECT name, paused, made_by_sqs AS sqs FROM {QUEUE_TABLE}"
+        f" WHERE ({RESTRICTED} OR made_by_sqs)"
+        if every
+        else f"SELECT name, paused, false AS sqs FROM {QUEUE_TABLE}"
+        f" WHERE {RESTRICTED} AND name = ANY(%(scope)s::varchar[])"
+    )
     return (
         f"SELECT q.name, q.paused, r.ready, q.sqs FROM (SELECT {ready} AS ready) AS r"
-        f" LEFT JOIN (SELECT name, paused, %(every)s AND made_by_sqs AS sqs FROM {QUEUE_TABLE}"
-        f" WHERE ({RESTRICTED} OR (%(every)s AND made_by_sqs))"
-        " AND (%(every)s OR name = ANY(%(scope)s::varchar[]))) AS q ON true ORDER BY q.name"
+        f" LEFT JOIN ({queues}) AS q ON true ORDER BY q.name"
     )
 
 
-RESTRICTED_IN = _restricted_in(_SCOPE_READY)
-RESTRICTED_IN_EVERY = _restricted_in(f"EXISTS (SELECT 1 FROM broker_task WHERE {CLAIMABLE})")
+RESTRICTED_IN = _restricted_in(_SCOPE_READY, every=False)
+RESTRICTED_IN_EVERY = _restricted_in(
+    f"EXISTS (SELECT 1 FROM broker_task WHERE {CLAIMABLE})", every=True
+)
 LOCK_LIMITED = (
     "SELECT name, max_in_flight, rate_per_s, tokens, refilled_at, fair, key_max_in_flight"
     f" FROM {QUEUE_TABLE}"
