@@ -32,6 +32,7 @@ from broker.models import KeyState, Task
 from broker.queue.base import current_time
 from broker.queue.keys import KEYLESS, UNSERVED_LEAD, unserved
 from broker.queue.sql import CLAIMABLE
+from broker.states import Priority
 
 IN_FLIGHT = (
     "SELECT key, count(*) FROM broker_task WHERE queue = %(queue)s AND key IS NOT NULL"
@@ -43,28 +44,62 @@ _OPEN = (
     f"{CLAIMABLE} AND queue >= %(queue)s AND queue <= %(queue)s"
     " AND (key IS NULL OR key <> ALL(%(full)s)) AND id <> ALL(%(taken)s)"
 )
-# The highest priority among the claimable tasks of keys not full (one probe of
-# task_claim_queue_idx; the tasks of full keys before the first of another key are stepped over).
-_TOP = f"SELECT priority FROM broker_task WHERE {_OPEN} ORDER BY queue, priority LIMIT 1"
+_KEY = "COALESCE(t.key, '')"
+
+
+def _any_of(keys: str, priority: int) -> str:
+    """Whether the queue has a claimable task not taken yet of `priority` whose key is in the
+    range `keys`: one probe of task_key_claim_idx (queue, priority, key, ...)."""
+    return (
+        "(SELECT 1 FROM broker_task t WHERE t.state = 'ready' AND NOT t.key_wait"
+        f" AND t.queue >= %(queue)s AND t.queue <= %(queue)s AND t.priority = {priority}"
+        f" AND {keys} AND t.id <> ALL(%(taken)s) ORDER BY t.queue, t.priority, {_KEY} LIMIT 1)"
+        " IS NOT NULL"
+    )
+
+
+def _of_keys_not_full(priority: int) -> str:
+    """Whether a key not full has a claimable task of `priority`: the keyless tasks, then each
+    range of keys between two full ones (`los`, `his`: the full keys sorted, '' first), then the
+    keys after the last (`above`). The full keys' own tasks, however many, are never read."""
+    between = (
+        "EXISTS (SELECT 1 FROM unnest(%(los)s::varchar[], %(his)s::varchar[]) AS g(lo, hi)"
+        f" WHERE {_any_of(f'{_KEY} > g.lo AND {_KEY} < g.hi', priority)})"
+    )
+    return (
+        f"{_any_of(f'{_KEY} >= {chr(39) * 2} AND {_KEY} <= {chr(39) * 2}', priority)}"
+        f" OR {between} OR {_any_of(f'{_KEY} > %(above)s', priority)}"
+    )
+
+
+# The highest priority among the claimable tasks of keys not full, NULL when none: each priority
+# in turn (COALESCE stops at the first found), a few probes each (see _of_keys_not_full).
+_TOP = (
+    "SELECT COALESCE("
+    + ", ".join(f"(SELECT {p} WHERE {_of_keys_not_full(p)})" for p in Priority.values)
+    + ")::smallint AS priority"
+)
 # A round: the keys in turn, each probed once on task_key_claim_idx for its oldest task of the
 # top priority. First the keys not served by this claim yet, by their last hand-out (the awake
 # ones: keystate_awake_idx; a key asleep has nothing claimable, keys.sleep), unless the round
 # before was of the same priority (it walked them all: none has a task of it left); then the
 # keys this claim served, in the order it served them last, as their `served_at` will say.
+# Nothing is walked when nothing is claimable.
 FAIR_ROUND = (
     f"WITH top AS MATERIALIZED ({_TOP}), k AS ("
     "(SELECT key FROM broker_keystate WHERE queue >= %(queue)s AND queue <= %(queue)s"
     " AND asleep_until IS NULL AND key <> ALL(%(full)s) AND key <> ALL(%(recent)s)"
     " AND (SELECT priority FROM top) IS DISTINCT FROM %(last)s::smallint"
+    " AND (SELECT priority FROM top) IS NOT NULL"
     " ORDER BY queue, served_at, key)"
     " UNION ALL (SELECT key FROM unnest(%(recent)s::varchar[]) WITH ORDINALITY AS r(key, n)"
-    " WHERE key <> ALL(%(full)s) ORDER BY n))"
+    " WHERE key <> ALL(%(full)s) AND (SELECT priority FROM top) IS NOT NULL ORDER BY n))"
     " SELECT c.id, k.key, c.priority, c.available_at FROM k CROSS JOIN LATERAL ("
     "SELECT t.id, t.priority, t.available_at FROM broker_task t WHERE t.state = 'ready'"
     " AND NOT t.key_wait AND t.queue >= %(queue)s AND t.queue <= %(queue)s"
-    " AND COALESCE(t.key, '') >= k.key AND COALESCE(t.key, '') <= k.key"
+    f" AND {_KEY} >= k.key AND {_KEY} <= k.key"
     " AND t.priority = (SELECT priority FROM top) AND t.id <> ALL(%(taken)s)"
-    " ORDER BY t.queue, COALESCE(t.key, ''), t.priority, t.available_at, t.id LIMIT 1) AS c"
+    f" ORDER BY t.queue, t.priority, {_KEY}, t.available_at, t.id LIMIT 1) AS c"
     " LIMIT %(most)s"
 )
 IN_ORDER = (
@@ -78,7 +113,7 @@ MORE_OF_KEY = (
     " AND NOT key_wait AND queue >= %(queue)s AND queue <= %(queue)s"
     " AND COALESCE(key, '') >= %(key)s AND COALESCE(key, '') <= %(key)s"
     " AND priority = %(priority)s AND id <> ALL(%(taken)s)"
-    " ORDER BY queue, COALESCE(key, ''), priority, available_at, id LIMIT %(most)s"
+    " ORDER BY queue, priority, COALESCE(key, ''), available_at, id LIMIT %(most)s"
 )
 # Before a fair claim's rounds, in one statement: the keys whose sleep is over (their first
 # delayed task is due: keys.sleep) woken (a WITH that writes runs whether read or not), and the
@@ -129,6 +164,9 @@ def pick(queue: str, most: int, *, fair: bool, key_max: int | None) -> list[Pick
         params = {
             "queue": queue, "most": most - len(taken), "full": full,
             "taken": [t.pk for t in taken], "recent": list(recent), "last": last,
+            # The ranges of keys between full ones (_of_keys_not_full).
+            "los": [KEYLESS, *full[:-1]] if full else [], "his": full,
+            "above": full[-1] if full else KEYLESS,
         }  # fmt: skip
         rows = _fair_round(params) if fair else _in_order(params)
         if not rows:

@@ -35,12 +35,20 @@ def _sql(statement: str, *params: object) -> None:
         cursor.execute(statement, params)
 
 
-def _probes(name: str) -> int:
-    """How many keys a fair round of one task probes (the plan's loops on task_key_claim_idx)."""
-    params = {"queue": name, "most": 1, "full": [], "taken": [], "recent": [], "last": None}
+def _plan(name: str, full: list[str] | None = None) -> str:
+    """EXPLAIN ANALYZE of a fair round of one task, `full` the keys at key_max_in_flight."""
+    full = sorted(full or [])
+    params = {"queue": name, "most": 1, "full": full, "taken": [], "recent": [], "last": None,
+              "los": ["", *full[:-1]] if full else [], "his": full,
+              "above": full[-1] if full else ""}  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {keyclaims.FAIR_ROUND}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def _probes(name: str) -> int:
+    """How many keys a fair round of one task probes (the plan's loops on task_key_claim_idx)."""
+    plan = _plan(name)
     found = re.search(r"task_key_claim_idx on broker_task t \(actual [^)]* loops=(\d+)\)", plan)
     assert found, plan
     return int(found.group(1))
@@ -131,3 +139,21 @@ def test_sleep__an_enqueue_holding_the_keys_row__the_key_stays_awake() -> None:
     assert slept == [0]
     assert KeyState.objects.get(key="k").asleep_until is None
     assert [d.task.pk for d in queue.claim(["f"], 60_000)] == made
+
+
+def test_fair_claim__a_full_keys_backlog__not_read_to_find_the_top_priority() -> None:
+    """A tenant capped by key_max_in_flight with a big old backlog: the top priority of the other
+    keys is found without reading the full key's tasks (a probe per range of keys)."""
+    queues.update("f", {"fair": True, "key_max_in_flight": 1})
+    big = _put("f", "big", 3000)
+    ((first, lease),) = [(d.task.pk, d.lease_id) for d in queue.claim(["f"], 60_000)]
+    assert first == big[0]
+    (other,) = _put("f", "other")
+    (free,) = _put("f", None)
+    _sql("ANALYZE broker_task")
+    plan = _plan("f", full=["big"])
+    removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+    assert max(removed, default=0) < 10, plan
+    # The keyless key's row was made by the first claim, before "other" appeared: it goes first.
+    assert [d.task.pk for d in queue.claim(["f"], 60_000, limit=5)] == [free, other]
+    queue.ack(first, lease_id=lease)
