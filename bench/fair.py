@@ -5,6 +5,7 @@ called directly: claim over GET /jobs/next, then ack), on a fresh PostgreSQL dat
 
 Prints the claim+ack p50 and p90 (ms) of
   plain    a plain queue's backlog (the baseline)
+  fair     a fair queue's one busy key alone (what the restricted path costs by itself)
   served   a fair queue's one busy key beside 10,000 keys served in the last ten minutes and
            idle since (their rows kept for SERVED_KEEP)
   parked   the same beside 20,000 keys never served whose one task waits out a 6-day delay
@@ -137,7 +138,7 @@ def run(call: Callable[..., bytes], cycles: int) -> None:
             cursor.execute("SET statement_timeout = 0")
         print(f"fresh  first claim, no statistics: {took}")
 
-        for name in ("plain", "served", "parked"):
+        for name in ("plain", "fair", "served", "parked"):
             if name != "plain":
                 call("PATCH", f"/queues/{name}", body=b'{"fair": true}')
             _tasks(conn, name, BUSY, "NULL" if name == "plain" else "'busy'")
@@ -146,10 +147,10 @@ def run(call: Callable[..., bytes], cycles: int) -> None:
         # Parked: never served (a thousand years back), one task each due in six days.
         _tasks(conn, "parked", KEYS_PARKED, "'k' || g", "delayed", "6 days")
         _keystate(conn, "parked", KEYS_PARKED, "now() - interval '365000 days'")
-        conn.execute("INSERT INTO broker_keystate (queue, key, served_at) VALUES"
-                     " ('served', 'busy', now()), ('parked', 'busy', now())")  # fmt: skip
+        conn.execute("INSERT INTO broker_keystate (queue, key, served_at) VALUES ('fair', 'busy',"
+                     " now()), ('served', 'busy', now()), ('parked', 'busy', now())")  # fmt: skip
         conn.execute("VACUUM ANALYZE")
-    for name in ("plain", "served", "parked"):
+    for name in ("plain", "fair", "served", "parked"):
         _housekeeping()
         _cycles(call, name, 20)  # warm
         p50, p90 = _cycles(call, name, cycles)

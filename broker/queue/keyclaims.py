@@ -45,16 +45,20 @@ _OPEN = (
     " AND (key IS NULL OR key <> ALL(%(full)s)) AND id <> ALL(%(taken)s)"
 )
 _KEY = "COALESCE(t.key, '')"
+# The probes of task_key_claim_idx (queue, priority, key, available_at, id) name the queue, the
+# priority and the key (or a range of keys) by equality, not as sql._in_queue's ranges: with a
+# range on the queue, PostgreSQL (15) positions the scan by every column but ends it by the
+# queue alone, so a probe that finds nothing would read the rest of the queue's tasks. With the
+# three leading columns fixed, no other index serves the probe as well, whatever the statistics.
 
 
 def _any_of(keys: str, priority: int) -> str:
     """Whether the queue has a claimable task not taken yet of `priority` whose key is in the
-    range `keys`: one probe of task_key_claim_idx (queue, priority, key, ...)."""
+    range `keys`: one probe of task_key_claim_idx, ended by the range."""
     return (
         "(SELECT 1 FROM broker_task t WHERE t.state = 'ready' AND NOT t.key_wait"
-        f" AND t.queue >= %(queue)s AND t.queue <= %(queue)s AND t.priority = {priority}"
-        f" AND {keys} AND t.id <> ALL(%(taken)s) ORDER BY t.queue, t.priority, {_KEY} LIMIT 1)"
-        " IS NOT NULL"
+        f" AND t.queue = %(queue)s AND t.priority = {priority} AND {keys}"
+        f" AND t.id <> ALL(%(taken)s) ORDER BY {_KEY} LIMIT 1) IS NOT NULL"
     )
 
 
@@ -67,23 +71,31 @@ def _of_keys_not_full(priority: int) -> str:
         f" WHERE {_any_of(f'{_KEY} > g.lo AND {_KEY} < g.hi', priority)})"
     )
     return (
-        f"{_any_of(f'{_KEY} >= {chr(39) * 2} AND {_KEY} <= {chr(39) * 2}', priority)}"
+        f"{_any_of(f'{_KEY} = {chr(39) * 2}', priority)}"
         f" OR {between} OR {_any_of(f'{_KEY} > %(above)s', priority)}"
     )
 
 
-# The highest priority among the claimable tasks of keys not full, NULL when none: each priority
-# in turn (COALESCE stops at the first found), a few probes each (see _of_keys_not_full).
+# The highest priority among the claimable tasks of keys not full; no row when none. The first
+# claimable task in claim order (task_claim_queue_idx, as the plain claim reads it) says it at
+# once unless its key is full; then each priority from its own in turn (COALESCE stops at the
+# first found), a few probes each (_of_keys_not_full).
 _TOP = (
-    "SELECT COALESCE("
-    + ", ".join(f"(SELECT {p} WHERE {_of_keys_not_full(p)})" for p in Priority.values)
-    + ")::smallint AS priority"
+    "SELECT CASE WHEN f.key <> ALL(%(full)s) THEN f.priority ELSE COALESCE("
+    + ", ".join(
+        f"(SELECT {p} WHERE {p} >= f.priority AND ({_of_keys_not_full(p)}))"
+        for p in Priority.values
+    )
+    + ") END::smallint AS priority FROM (SELECT priority, COALESCE(key, '') AS key"
+    f" FROM broker_task WHERE {CLAIMABLE} AND queue >= %(queue)s AND queue <= %(queue)s"
+    " AND id <> ALL(%(taken)s) ORDER BY queue, priority, available_at, id LIMIT 1) AS f"
 )
 # A round: the keys in turn, each probed once on task_key_claim_idx for its oldest task of the
-# top priority. First the keys not served by this claim yet, by their last hand-out (the awake
-# ones: keystate_awake_idx; a key asleep has nothing claimable, keys.sleep), unless the round
-# before was of the same priority (it walked them all: none has a task of it left); then the
-# keys this claim served, in the order it served them last, as their `served_at` will say.
+# top priority (by equality: see _KEY). First the keys not served by this claim yet, by their
+# last hand-out (the awake ones: keystate_awake_idx; a key asleep has nothing claimable,
+# keys.sleep), unless the round before was of the same priority (it walked them all: none has a
+# task of it left); then the keys this claim served, in the order it served them last, as their
+# `served_at` will say.
 # Nothing is walked when nothing is claimable.
 FAIR_ROUND = (
     f"WITH top AS MATERIALIZED ({_TOP}), k AS ("
@@ -96,10 +108,9 @@ FAIR_ROUND = (
     " WHERE key <> ALL(%(full)s) AND (SELECT priority FROM top) IS NOT NULL ORDER BY n))"
     " SELECT c.id, k.key, c.priority, c.available_at FROM k CROSS JOIN LATERAL ("
     "SELECT t.id, t.priority, t.available_at FROM broker_task t WHERE t.state = 'ready'"
-    " AND NOT t.key_wait AND t.queue >= %(queue)s AND t.queue <= %(queue)s"
-    f" AND {_KEY} >= k.key AND {_KEY} <= k.key"
-    " AND t.priority = (SELECT priority FROM top) AND t.id <> ALL(%(taken)s)"
-    f" ORDER BY t.queue, t.priority, {_KEY}, t.available_at, t.id LIMIT 1) AS c"
+    " AND NOT t.key_wait AND t.queue = %(queue)s AND t.priority = (SELECT priority FROM top)"
+    f" AND {_KEY} = k.key AND t.id <> ALL(%(taken)s)"
+    " ORDER BY t.available_at, t.id LIMIT 1) AS c"
     " LIMIT %(most)s"
 )
 IN_ORDER = (
@@ -110,10 +121,9 @@ IN_ORDER = (
 # priority (the priority of the task the round took), in the order the rounds to come would take.
 MORE_OF_KEY = (
     "SELECT id, key, priority, available_at FROM broker_task WHERE state = 'ready'"
-    " AND NOT key_wait AND queue >= %(queue)s AND queue <= %(queue)s"
-    " AND COALESCE(key, '') >= %(key)s AND COALESCE(key, '') <= %(key)s"
-    " AND priority = %(priority)s AND id <> ALL(%(taken)s)"
-    " ORDER BY queue, priority, COALESCE(key, ''), available_at, id LIMIT %(most)s"
+    " AND NOT key_wait AND queue = %(queue)s AND priority = %(priority)s"
+    " AND COALESCE(key, '') = %(key)s AND id <> ALL(%(taken)s)"
+    " ORDER BY available_at, id LIMIT %(most)s"
 )
 # Before a fair claim's rounds, in one statement: the keys whose sleep is over (their first
 # delayed task is due: keys.sleep) woken (a WITH that writes runs whether read or not), and the

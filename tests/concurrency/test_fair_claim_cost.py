@@ -157,3 +157,38 @@ def test_fair_claim__a_full_keys_backlog__not_read_to_find_the_top_priority() ->
     # The keyless key's row was made by the first claim, before "other" appeared: it goes first.
     assert [d.task.pk for d in queue.claim(["f"], 60_000, limit=5)] == [free, other]
     queue.ack(first, lease_id=lease)
+
+
+def test_fair_round__before_any_statistics__each_key_one_probe_of_its_index() -> None:
+    """Tasks of 2000 keys just inserted, no ANALYZE since; the 1000 keys walked first have only
+    low tasks: each of those probes for a normal one finds nothing by reading nothing (one
+    descent of task_key_claim_idx, ended by the key), and the first key with one wins."""
+    queues.update("f", {"fair": True})
+    _sql(
+        "INSERT INTO broker_task (state, queue, priority, payload, attempts, max_attempts,"
+        " available_at, created_at, updated_at, key) SELECT 'ready', 'f', 1 + g %% 2, '1', 0, 3,"
+        " now(), now(), now(), 'k' || (g %% 2000) FROM generate_series(1, 20000) g"
+    )
+    _sql(
+        "INSERT INTO broker_keystate (queue, key, served_at) SELECT 'f', 'k' || g,"
+        " now() - interval '1 day' * (1 + g %% 2) + interval '1 second' * g"
+        " FROM generate_series(0, 1999) g"
+    )  # odd keys (low tasks only) served longest ago
+    plan = _plan("f")
+    probe = re.search(r"task_key_claim_idx on broker_task t \(actual [^)]* loops=(\d+)\)", plan)
+    assert probe and int(probe.group(1)) == 1001, plan
+    removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+    assert max(removed, default=0) < 10, plan
+    buffers = explain_buffers("f")
+    assert buffers < 10 * 1001, buffers
+
+
+def explain_buffers(name: str) -> int:
+    """Shared buffers a fair round of one task touches."""
+    params = {"queue": name, "most": 1, "full": [], "taken": [], "recent": [], "last": None,
+              "los": [], "his": [], "above": ""}  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {keyclaims.FAIR_ROUND}", params)
+        (plan,) = cursor.fetchone()
+    top = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
