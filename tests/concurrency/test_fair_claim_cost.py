@@ -24,6 +24,13 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 IDLE, PARKED = 1500, 1500
 
 
+@pytest.fixture(autouse=True)
+def _sleep_walk_from_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """keys.sleep walks the rows by id from where its last call stopped, in this process: an
+    earlier test's place is no place in this test's rows."""
+    monkeypatch.setattr(keys, "_sleep_after", 0)
+
+
 def _put(name: str, key: str | None, n: int = 1, **fields: object) -> list[int]:
     return queue.enqueue_many(
         [NewTask(payload=json.dumps(i), queue=name, key=key, **fields) for i in range(n)]
@@ -71,7 +78,7 @@ def test_fair_claim__keys_served_and_parked__not_walked_once_asleep() -> None:
     last_idle = KeyState.objects.get(key="idle1").served_at
     KeyState.objects.filter(key="busy").update(served_at=last_idle + timedelta(minutes=1))
     assert _probes("f") > IDLE + PARKED  # the walk as it was: every idle key probed
-    while keys.sleep():
+    while keys.sleep():  # from the first row (the fixture), round the table
         pass
     _sql("VACUUM broker_keystate")  # the rows' old index entries, as autovacuum clears them
     assert _probes("f") <= 2  # the keyless key "" (once made) and "busy"
