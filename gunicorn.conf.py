@@ -3,4 +3,4 @@
 queue-broker's `queue-broker serve` runs with the very same ones."""
 
 from queueproject.gunicorn_conf import *  # noqa: F403
-from queueproject.gunicorn_conf import on_starting  # noqa: F401 -- a hook gunicorn looks up
+from queueproject.gunicorn_conf import on_starting, when_ready  # noqa: F401 -- hooks gunicorn looks up

@@ -17,15 +17,16 @@ import os
 import threading
 import time
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Max
+from django.db.models import Q
 
 from broker.models import ClaimScope
 from broker.queue.base import current_time
 from broker.wakeup import hub
+from contract.conf import broker_settings
 from contract.limits import WORKERS_SEEN_S
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,9 @@ class ClaimLog:
                 log.warning("could not record claim scopes: %s", exc)
                 with self._lock:
                     self._pending.update(due)
-        if settings.BROKER_CLAIM_LOG_THREAD and (self._thread is None or self._pid != os.getpid()):
+        if broker_settings.BROKER_CLAIM_LOG_THREAD and (
+            self._thread is None or self._pid != os.getpid()
+        ):
             self._start()
 
     def flush(self) -> int:
@@ -153,9 +156,15 @@ def prune(now: datetime | None = None) -> int:
 
 
 def workers_seen(queue_name: str, now: datetime | None = None, *, every: bool = True) -> bool:
-    """Whether a claim request that could take from `queue_name` came within WORKERS_SEEN_S;
-    every=False: a queue that claims naming no queue leave alone (SQS's CreateQueue made it)."""
+    """Whether a claim request that could take from `queue_name` came within WORKERS_SEEN_S:
+    one naming it, one of every queue, or an access token's naming none, noted as its grants'
+    patterns (`tenant-a.*`: a wildcard, so never a queue's name). every=False: a queue that
+    claims naming no queue leave alone (SQS's CreateQueue made it): only one naming it."""
     since = (now or current_time()) - timedelta(seconds=WORKERS_SEEN_S)
-    scopes = [queue_name, EVERY_QUEUE] if every else [queue_name]
-    latest = ClaimScope.objects.filter(scope__in=scopes).aggregate(at=Max("seen_at"))["at"]
-    return latest is not None and latest >= since
+    if not every:
+        return ClaimScope.objects.filter(scope=queue_name, seen_at__gte=since).exists()
+    scopes = ClaimScope.objects.filter(
+        Q(scope__in=[queue_name, EVERY_QUEUE]) | Q(scope__contains="*") | Q(scope__contains="?"),
+        seen_at__gte=since,
+    ).values_list("scope", flat=True)
+    return any(scope == queue_name or fnmatchcase(queue_name, scope) for scope in scopes)

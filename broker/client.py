@@ -102,17 +102,16 @@ def _delay_ms(delay_ms: Any, run_after: datetime | None) -> Any:
 
 def _validated(payload: Any, options: dict[str, Any]) -> Any:
     """The payload as a POST /jobs body would carry it, then the API's own validator."""
-    from django.conf import settings
-
     from broker import validation
+    from contract.conf import broker_settings
 
     text = validation.json_text(payload)
     # What a POST /jobs body could carry: the parsed text, as the API would have parsed it.
     value = json.loads(text)
     if not nests_at_most(value, MAX_JSON_DEPTH):
         raise InvalidTaskError({"payload": [f"Nests more than {MAX_JSON_DEPTH} deep."]})
-    if len(text) > settings.BROKER_MAX_BODY_BYTES:
-        limit = settings.BROKER_MAX_BODY_BYTES
+    if len(text) > broker_settings.BROKER_MAX_BODY_BYTES:
+        limit = broker_settings.BROKER_MAX_BODY_BYTES
         raise InvalidTaskError({"payload": [f"Longer than {limit} bytes as JSON."]})
     return validation.new_task({"payload": value, **options})
 

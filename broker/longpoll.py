@@ -16,14 +16,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from broker import queue
 from broker.claimers import claim_log
 from broker.parking.loop import ENVIRON_KEY, Parked, Slot
 from broker.queue import Delivery
+from broker.queue.base import QueuePatterns
 from broker.wakeup import ANY_QUEUE, Waiter, hub
+from contract.conf import broker_settings
 
 # How often a parked claim looks at its socket; a syscall, no database work.
 GONE_CHECK_S = 0.5
@@ -115,13 +116,15 @@ def _look_again_after_failure(held: str | None) -> float:
     """
     if held is None or held == ANY_QUEUE:
         return math.inf
-    return time.monotonic() + settings.BROKER_DB_RECONNECT_MS / 1000
+    return time.monotonic() + broker_settings.BROKER_DB_RECONNECT_MS / 1000
 
 
+# The queues a claim takes from: names, patterns (an access token's grants), or every queue.
+Scope = list[str] | QueuePatterns | None
 Looked = tuple[list[Delivery], DatabaseError | None]
 
 
-def _look(queues: list[str] | None, lease_ms: int, limit: int, worker: str | None) -> Looked:
+def _look(queues: Scope, lease_ms: int, limit: int, worker: str | None) -> Looked:
     """Claim, or the error that says PostgreSQL cannot be reached (a restart, a failover): a
     parked claim waits that out. Any other error, or one inside a caller's transaction, raises."""
     try:
@@ -133,7 +136,7 @@ def _look(queues: list[str] | None, lease_ms: int, limit: int, worker: str | Non
 
 
 def claim_wait(
-    queues: list[str] | None,
+    queues: Scope,
     *,
     lease_ms: int,
     wait_ms: int,
@@ -151,14 +154,16 @@ def claim_wait(
     listener is back) and answers like any other at the end of its wait; it raises the database
     error (a 503) only when the database is still away then.
     """
-    if queues:
+    if isinstance(queues, list):
         queues = list(dict.fromkeys(queues))  # `a,a` is `a`: a queue named twice is taken once
     if parking is not None and isinstance(parking.wait, _Wait):
         return _claim_parked(parking, parking.wait, False, queues, lease_ms, limit, worker, gone)
     deadline = time.monotonic() + wait_ms / 1000
     if gone():
         return []
-    claim_log.seen(queues)  # for `waiting`'s no_workers: a statement at most once a second
+    # For `waiting`'s no_workers: a statement at most once a second. A token's patterns are
+    # noted as such (broker.claimers.workers_seen matches them).
+    claim_log.seen(list(queues.globs) if isinstance(queues, QueuePatterns) else queues)
     if parking is not None and wait_ms > 0:
         # Park first, then look once: a task made ready before the look is found by it, one
         # after wakes the parked claim. One claim query to open an idle poll, not two; parking
@@ -239,7 +244,7 @@ def _claim_parked(
     slot: Slot,
     wait: _Wait,
     first: bool,
-    queues: list[str] | None,
+    queues: Scope,
     lease_ms: int,
     limit: int,
     worker: str | None,
@@ -288,8 +293,9 @@ def _claim_parked(
             wait.release()
 
 
-def _park(queues: list[str] | None) -> Waiter:
-    return hub.park(frozenset(queues) if queues else None)
+def _park(queues: list[str] | QueuePatterns | None) -> Waiter:
+    # Patterns (a token's claim naming no queue): woken by any queue, as a claim of all is.
+    return hub.park(frozenset(queues) if isinstance(queues, list) and queues else None)
 
 
 def _let_go() -> None:
@@ -305,7 +311,7 @@ def _deaf() -> bool:
 
 
 def _last_look(
-    queues: list[str] | None,
+    queues: Scope,
     lease_ms: int,
     limit: int,
     worker: str | None,

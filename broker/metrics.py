@@ -28,8 +28,11 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from broker import queue
+from broker.api.errors import exception_handler
+from broker.api.renderers import FastJSONRenderer
 from broker.models import DURATION_BUCKETS
 from broker.states import COUNTERS, State
+from broker.tokens import access
 
 # API.md fixes these metric names; every other counter is jobs_<counter>_total.
 _RENAMED = {"acked": "jobs_completed", "buried": "jobs_dead_lettered"}
@@ -142,6 +145,19 @@ class MetricsView(APIView):
     """GET /metrics in the Prometheus text format (0.0.4); its OpenAPI is in broker.api.schema."""
 
     content_negotiation_class = _AnyAccept
+    grants = {"get": "read:*"}  # as BrokerView's (broker.tokens.access)
+    # Its own, not a project's REST_FRAMEWORK defaults (login, permissions, the browsable API):
+    # tokens are checked before it as before every API view.
+    renderer_classes = (FastJSONRenderer,)
+    parser_classes = ()
+    authentication_classes = ()
+    permission_classes = ()
+    throttle_classes = ()
+    versioning_class = None
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
 
     def get(self, request: Request) -> HttpResponse:
+        access.require_everywhere(request, "read")
         return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -16,7 +16,6 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from broker import queue, validation
@@ -24,6 +23,7 @@ from broker.exceptions import BrokerError, InvalidFields, InvalidTaskError
 from broker.models import Schedule
 from broker.queue import NewTask, dependencies
 from broker.queue.base import current_time
+from contract.conf import broker_settings
 from contract.limits import (
     MAX_CRON,
     MAX_EVERY_S,
@@ -177,7 +177,7 @@ def checked(body: Any, current: Schedule | None) -> dict[str, Any]:
 def over_the_cap() -> dict[str, list[str]]:
     """The problem with one more schedule when BROKER_MAX_SCHEDULES exist already (a
     ScheduleError's fields), else nothing."""
-    most = settings.BROKER_MAX_SCHEDULES
+    most = broker_settings.BROKER_MAX_SCHEDULES
     if Schedule.objects.count() < most:
         return {}
     return {

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -22,6 +21,7 @@ from broker.models import Task, Workflow
 from broker.queue import keys
 from broker.queue.base import current_time
 from broker.sqs import dedup, extras
+from contract.conf import broker_settings
 from contract.wording import counted
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def prune(batch: int = 500, max_batches: int = PRUNE_BATCHES_PER_SWEEP) -> int:
     nothing keeps, walking them oldest first, round and round: a sweep stops at the end, or at a
     batch that deleted nothing (all kept: the next sweep goes on after them)."""
     global _walked_to
-    retention = settings.BROKER_RETENTION
+    retention = broker_settings.BROKER_RETENTION
     if not retention:
         return 0
     older_than = timezone.now() - retention

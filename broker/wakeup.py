@@ -197,9 +197,9 @@ class Hub:
 
     def _poll_forever(self) -> None:
         stop = self._stop
-        from django.conf import settings
+        from contract.conf import broker_settings
 
-        interval = settings.BROKER_SQLITE_POLL_MS / 1000
+        interval = broker_settings.BROKER_SQLITE_POLL_MS / 1000
         while not stop.wait(interval):
             self._poll_once()
 
@@ -220,9 +220,9 @@ class Hub:
 
     def _listen(self) -> None:
         import psycopg
-        from django.conf import settings
 
         from broker import dbgate
+        from contract.conf import broker_settings
 
         conninfo, params = listen_conninfo()
         stop = self._stop
@@ -286,7 +286,7 @@ class Hub:
                 old = None
                 # As often as the pool reconnects (BROKER_DB_RECONNECT_MS): the primary back, the
                 # parked claims hear of it within that.
-                stop.wait(settings.BROKER_DB_RECONNECT_MS / 1000)
+                stop.wait(broker_settings.BROKER_DB_RECONNECT_MS / 1000)
             finally:
                 if conn is not None:
                     conn.close()
@@ -337,15 +337,16 @@ def _close(old: tuple[Any, int] | None) -> None:
 
 def listen_conninfo() -> tuple[str, dict[str, Any]]:
     """Where the LISTEN connection goes: (conninfo, keyword parameters) for psycopg.connect."""
-    from django.conf import settings
     from psycopg.conninfo import conninfo_to_dict
 
+    from contract.conf import broker_settings
+
     # LISTEN needs a session: behind a transaction-mode pooler, a direct URL of its own, with the
-    # same defaults as DATABASE_URL's for a server that vanishes (settings.BROKER_DB_TCP_OPTIONS).
-    conninfo = getattr(settings, "BROKER_LISTEN_DATABASE_URL", "") or ""
+    # same defaults as DATABASE_URL's for a server that vanishes (BROKER_DB_TCP_OPTIONS).
+    conninfo = broker_settings.BROKER_LISTEN_DATABASE_URL or ""
     if conninfo:
         given = conninfo_to_dict(conninfo)
-        tcp = settings.BROKER_DB_TCP_OPTIONS.items()
+        tcp = broker_settings.BROKER_DB_TCP_OPTIONS.items()
         return conninfo, {key: value for key, value in tcp if key not in given}
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)

@@ -13,6 +13,8 @@ import traceback
 
 from django.conf import settings
 
+from contract.conf import broker_settings
+
 JOB_TYPE = "django_task"
 # The backend's dotted path, as projects write it in TASKS (settings hold it as text).
 BACKEND_PATH = "broker.tasks_backend.BrokerBackend"
@@ -33,7 +35,7 @@ _PUBLIC_PATHS: dict[type[BaseException], str] = {
 
 def allowed_patterns() -> list[str]:
     """BROKER_TASKS_ALLOWED if set, else every BrokerBackend's OPTIONS["ALLOWED_TASKS"]."""
-    explicit = list(getattr(settings, "BROKER_TASKS_ALLOWED", None) or [])
+    explicit = list(broker_settings.BROKER_TASKS_ALLOWED or [])
     if explicit:
         return explicit
     patterns: list[str] = []

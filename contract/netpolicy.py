@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from django.conf import settings
+from contract.conf import broker_settings
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -26,7 +26,7 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 def allowed_networks() -> tuple[Network, ...]:
     """The networks of BROKER_FETCH_ALLOWED_NETWORKS, read now (override_settings works)."""
-    return _networks(tuple(str(n) for n in getattr(settings, SETTING, None) or ()))
+    return _networks(tuple(str(n) for n in broker_settings.BROKER_FETCH_ALLOWED_NETWORKS or ()))
 
 
 @functools.lru_cache(maxsize=8)

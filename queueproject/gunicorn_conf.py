@@ -13,6 +13,7 @@ workers"), each one a file descriptor, hence the open-file limit raised at start
 
 import os
 import resource
+from typing import Any
 
 from broker.api import gunicorn_errors
 from broker.parking.deadline import timeout_from_env
@@ -65,3 +66,11 @@ def on_starting(server: object) -> None:
     want = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
     if soft != resource.RLIM_INFINITY and soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def when_ready(server: Any) -> None:
+    """Once listening: warn when the broker is reachable from other machines with DEBUG on or
+    without tokens (broker.W005 and W006)."""
+    from broker.checks import warn_exposed
+
+    warn_exposed(server)

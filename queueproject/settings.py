@@ -9,6 +9,7 @@ from pathlib import Path
 import environ
 
 from contract import limits
+from contract.conf import DEFAULTS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # A checkout keeps its database and collected static files beside manage.py; an installed
@@ -19,11 +20,12 @@ DATA_DIR = BASE_DIR if (BASE_DIR / "manage.py").is_file() else Path.cwd()
 env = environ.Env()
 
 
-def _whole(name: str, default: int, least: int = 1) -> int:
-    """An integer setting of at least `least`; anything else stops the process at start, naming
-    it (env.int's ValueError was a traceback, and -1 or a tick of 0 a sweeper spinning). 0 is
-    allowed where it means something: no retry backoff, no history kept."""
-    raw = env.str(name, default="").strip() or str(default)
+def _whole(name: str, default: int | None = None, least: int = 1) -> int:
+    """An integer setting of at least `least` (default: the broker's, contract/conf.py); anything
+    else stops the process at start, naming it (env.int's ValueError was a traceback, and -1 or a
+    tick of 0 a sweeper spinning). 0 is allowed where it means something: no retry backoff, no
+    history kept."""
+    raw = env.str(name, default="").strip() or str(DEFAULTS[name] if default is None else default)
     if not re.fullmatch(r"[+-]?\d{1,18}", raw) or int(raw) < least:
         from django.core.exceptions import ImproperlyConfigured
 
@@ -53,7 +55,7 @@ SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if BROKE
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
-CSRF_FAILURE_VIEW = "queueproject.urls.csrf_failure"  # JSON, as every error
+CSRF_FAILURE_VIEW = "broker.api.errors.csrf_failure"  # JSON, as every error
 SILENCED_SYSTEM_CHECKS: list[str] = []
 if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
     # security.W021 (no HSTS preload): joining browsers' preload list is the domain owner's
@@ -139,7 +141,7 @@ WSGI_APPLICATION = "queueproject.wsgi.application"
 # After losing PostgreSQL (a restart, a failover), each process tries to reconnect this often
 # (the pool and the LISTEN connection): writes resume within this of the primary being back.
 # psycopg_pool's own schedule (1, 2, 4, 8 ... s apart) left a failover 12 s longer.
-BROKER_DB_RECONNECT_MS = _whole("BROKER_DB_RECONNECT_MS", 200)
+BROKER_DB_RECONNECT_MS = _whole("BROKER_DB_RECONNECT_MS")
 # A PostgreSQL server that vanishes (a power cut, a network partition: no FIN, no RST) held each
 # connection to it until the kernel's retransmissions gave up, about 15 minutes, and with them
 # every request on one, the pool's reconnects and the wake-up listener: a failover of that kind
@@ -147,13 +149,7 @@ BROKER_DB_RECONNECT_MS = _whole("BROKER_DB_RECONNECT_MS", 200)
 # up after 10 s of what it sent going unacknowledged (connecting included), and one that only
 # waits to read (the listener, a long query) probes its server after 5 s of silence. A live
 # server's kernel acknowledges and answers probes however busy the server is.
-BROKER_DB_TCP_OPTIONS = {
-    "keepalives": 1,
-    "keepalives_idle": 5,
-    "keepalives_interval": 2,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 10_000,
-}
+BROKER_DB_TCP_OPTIONS = dict(DEFAULTS["BROKER_DB_TCP_OPTIONS"])
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'db.sqlite3'}")}
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
@@ -252,12 +248,12 @@ def _sqs_credentials(entries: list[str]) -> dict[str, str]:
 
 # Access keys that may sign SQS requests (AWS Signature V4) while BROKER_API_TOKENS is set.
 BROKER_SQS_CREDENTIALS = _sqs_credentials(env.list("BROKER_SQS_CREDENTIALS", default=[]))
-BROKER_SWEEP_INTERVAL_MS = _whole("BROKER_SWEEP_INTERVAL_MS", 250)
-BROKER_RETRY_BASE_MS = _whole("BROKER_RETRY_BASE_MS", 1000, least=0)
-BROKER_RETRY_MAX_MS = _whole("BROKER_RETRY_MAX_MS", 30000, least=0)
+BROKER_SWEEP_INTERVAL_MS = _whole("BROKER_SWEEP_INTERVAL_MS")
+BROKER_RETRY_BASE_MS = _whole("BROKER_RETRY_BASE_MS", least=0)
+BROKER_RETRY_MAX_MS = _whole("BROKER_RETRY_MAX_MS", least=0)
 # A sweeper back after losing the database holds the leases that ran out since its last sweep
 # this long before it reclaims them: their workers could not settle them meanwhile.
-BROKER_OUTAGE_GRACE_MS = _whole("BROKER_OUTAGE_GRACE_MS", limits.OUTAGE_GRACE_MS, least=0)
+BROKER_OUTAGE_GRACE_MS = _whole("BROKER_OUTAGE_GRACE_MS", least=0)
 
 
 def _duration(name: str, default: str) -> timedelta:
@@ -277,19 +273,21 @@ def _duration(name: str, default: str) -> timedelta:
 # Dead tasks are never pruned.
 BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
 # How long GET /stats/history keeps its points: one-minute ones (two days), hourly ones (90 days).
-BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", 2880, least=0)
-BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", 2160, least=0)
+BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", least=0)
+BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", least=0)
 # How many schedules may exist: one more is a 400 (0: none may be made).
-BROKER_MAX_SCHEDULES = _whole("BROKER_MAX_SCHEDULES", limits.DEFAULT_MAX_SCHEDULES, least=0)
-BROKER_MAX_BODY_BYTES = _whole("BROKER_MAX_BODY_BYTES", limits.DEFAULT_MAX_BODY_BYTES)
+BROKER_MAX_SCHEDULES = _whole("BROKER_MAX_SCHEDULES", least=0)
+BROKER_MAX_BODY_BYTES = _whole("BROKER_MAX_BODY_BYTES")
 # Django's own body cap (request.body refuses more) must not cut in below ours, nor below /sqs's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(BROKER_MAX_BODY_BYTES, limits.SQS_MAX_REQUEST_BYTES)
 # SQLite has no notifications: each broker process looks for ready tasks this often while
 # claims are parked (one query per tick, however many are parked).
-BROKER_SQLITE_POLL_MS = _whole("BROKER_SQLITE_POLL_MS", 50)
+BROKER_SQLITE_POLL_MS = _whole("BROKER_SQLITE_POLL_MS")
 # Claim requests are noted in memory and written once a second by a thread (broker.claimers);
 # in-process tests turn the thread off and write the notes themselves.
-BROKER_CLAIM_LOG_THREAD = env.bool("BROKER_CLAIM_LOG_THREAD", default=True)
+BROKER_CLAIM_LOG_THREAD = env.bool(
+    "BROKER_CLAIM_LOG_THREAD", default=DEFAULTS["BROKER_CLAIM_LOG_THREAD"]
+)
 # LISTEN needs a session of its own: behind PgBouncer in transaction mode, point this at
 # PostgreSQL directly (or a session-mode pool). Empty: the listener uses DATABASE_URL.
 BROKER_LISTEN_DATABASE_URL = env.str("BROKER_LISTEN_DATABASE_URL", default="")

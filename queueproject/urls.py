@@ -7,33 +7,13 @@ from django.urls import include, path, re_path
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_safe
 
-from broker.api.errors import error_response, json_error
-from broker.api.schema import DocsView, SchemaView
-from broker.exceptions import InternalError, NotFound
-from broker.metrics import MetricsView
-
-
-def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return error_response(NotFound())
-
-
-def server_error(request: HttpRequest) -> JsonResponse:
-    return error_response(InternalError())
-
-
 # Every error JSON, on the pages for people too (API.md: no request gets an HTML page): a Host
 # not allowed (400), a permission refused (403), a form post without its CSRF token (403).
-def bad_request(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return json_error(400, "Bad request.")
+from broker.api.errors import bad_request, csrf_failure, forbidden, not_found, server_error
+from broker.api.schema import DocsView, SchemaView
+from broker.metrics import MetricsView
 
-
-def forbidden(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return json_error(403, "Forbidden.")
-
-
-def csrf_failure(request: HttpRequest, reason: str = "") -> JsonResponse:
-    return json_error(403, f"CSRF verification failed: {reason}" if reason else "Forbidden.")
-
+__all__ = ["bad_request", "csrf_failure", "forbidden", "not_found", "server_error", "urlpatterns"]
 
 # (key in the JSON answer, path, title, what is there): the same for people and for scripts.
 INDEX_LINKS = (

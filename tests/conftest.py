@@ -305,6 +305,18 @@ def _fresh_claim_hints() -> Any:
 
 
 @pytest.fixture(autouse=True)
+def _no_access_tokens_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with an empty database, so with no access token, known fresh: the
+    token cache (broker.tokens.auth) asks the database nothing until a token changes in this
+    process (its signals say so) — query counts are of the work itself. Tests of the
+    revalidation across processes set REFRESH_S back."""
+    from broker.tokens import auth
+
+    monkeypatch.setattr(auth, "REFRESH_S", 3600.0)
+    auth.assume_no_tokens()
+
+
+@pytest.fixture(autouse=True)
 def _invariant_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """nacked + reclaimed == retried + buried after every database test, whatever it did."""
     yield

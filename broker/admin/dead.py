@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from django.utils.translation import ngettext
 
 from broker import queue
+from broker.admin import audit
 from broker.admin.display import when
 from broker.admin.lists import (
     KeyFilter,
@@ -87,7 +88,11 @@ class DeadTaskAdmin(TaskAdmin):
     def requeue_all_matching(self, request: HttpRequest, queryset: QuerySet | None = None) -> None:
         # The selection does not matter: the list's filters and search (the query string) do.
         matching = self.get_changelist_instance(request).get_queryset(request)
+        chosen = list(matching.values_list("pk", flat=True)[: audit.MAX_LOGGED + 1])
         self._report(request, requeue_matching(matching))
+        audit.log(request, self.model, chosen, "Requeued (all matching the filter).")
+
+    requeue_all_matching.logs_itself = True  # broker.admin.audit
 
     def _report(self, request: HttpRequest, moved: int, done: str = "requeued") -> None:
         message = ngettext("%d task %s.", "%d tasks %s.", moved) % (moved, done)
@@ -179,6 +184,7 @@ class DeadTaskAdmin(TaskAdmin):
             if not (object_id.isdigit() and len(object_id) < 19):  # a bigint, or no task
                 raise TaskNotFound
             queue.requeue(int(object_id))
+            audit.log(request, self.model, [int(object_id)], "Requeued.")
         except TaskNotFound:
             self.message_user(
                 request, f"Task #{object_id} is not in the dead-letter queue.", messages.WARNING

@@ -15,7 +15,8 @@ from broker.api.errors import ValidationFailed
 from broker.api.renderers import rendered
 from broker.api.representation import delivery
 from broker.api.views import worker_identity
-from broker.longpoll import claim_wait, once, parking_of, socket_gone
+from broker.longpoll import Scope, claim_wait, once, parking_of, socket_gone
+from broker.tokens import access
 from contract.limits import MAX_BATCH
 
 
@@ -30,9 +31,13 @@ def _items(body: dict[str, Any], key: str) -> list[Any]:
 class EnqueueBatchView(BrokerView):
     """POST /jobs/batch: all or nothing; a bad item is a 400 naming it by index."""
 
+    grants = {"post": "produce"}
+
     def post(self, request: Request) -> Response:
         items = _items(parsing.read_object(request), "jobs")
-        ids = queue.enqueue_many(validation.new_tasks(items, "jobs"), "jobs.{}.")
+        specs = [access.enqueue_spec(request, s) for s in validation.new_tasks(items, "jobs")]
+        access.check_after(request, specs, "jobs.{}.")
+        ids = queue.enqueue_many(specs, "jobs.{}.")
         return Response({"ids": [str(pk) for pk in ids]}, status=201)
 
 
@@ -40,7 +45,7 @@ class _Claim(NamedTuple):
     """What a POST /jobs/claim keeps across its dispatches: its claim's parameters, and the
     answer to its settles (rendered: a few bytes an item), not its body."""
 
-    queues: list[str] | None
+    queues: Scope
     wait_ms: int
     lease_ms: int
     max: int
@@ -51,16 +56,23 @@ def _settle_first(request: Request) -> _Claim:
     """The body checked whole, then its acks and nacks settled and committed, before the claim
     looks or parks: a worker's acks never wait on its wait."""
     args = settling.claim_args(parsing.read_object(request, required=False))
+    scope = access.claim_scope(request, args.queues)
     results = None
     if args.settles:
-        answers = settling.results(args.settle_ids, queue.settle(args.acks, args.nacks))
+        items, forbidden = access.screen_settles(request, [*args.acks, *args.nacks])
+        acks, nacks = items[: len(args.acks)], items[len(args.acks) :]
+        answers = settling.results(args.settle_ids, queue.settle(acks, nacks))
+        for i, why in forbidden.items():
+            answers[i] = access.forbidden_answer(args.settle_ids[i], why)
         results = orjson.Fragment(rendered(answers))
-    return _Claim(args.queues, args.wait_ms, args.lease_ms, args.max, results)
+    return _Claim(scope, args.wait_ms, args.lease_ms, args.max, results)
 
 
 class ClaimBatchView(BrokerView):
     """POST /jobs/claim: settle what the body carries, then 1 to `max` deliveries as soon as
     one is ready, or 204 (200 with `results` whenever `acks` or `nacks` was given)."""
+
+    grants = {"post": "consume"}
 
     def post(self, request: Request) -> Response:
         parking = parking_of(request.META)
@@ -86,18 +98,27 @@ class ClaimBatchView(BrokerView):
 
 class _SettleBatchView(BrokerView):
     key = ""
+    grants = {"post": "consume"}
 
     def post(self, request: Request) -> Response:
         items = _items(parsing.read_object(request), self.key)
         parsed = [settling.item(item, self.key) for item in items]
-        valid = [p for p in parsed if isinstance(p, tuple)]
+        given = [p for p in parsed if isinstance(p, tuple)]
+        valid, forbidden = access.screen_settles(request, given)
         acks, nacks = (valid, []) if self.key == "acks" else ([], valid)
         answers = iter(queue.settle(acks, nacks))
+        refusals = iter(forbidden.get(i) for i in range(len(valid)))
         results = [
-            p if isinstance(p, dict) else settling.answer(item["id"], next(answers).error)
+            p if isinstance(p, dict) else _answer(item["id"], next(answers).error, next(refusals))
             for item, p in zip(items, parsed, strict=True)
         ]
         return Response({"results": results})
+
+
+def _answer(task_id: str, error: Any, refused: access.Forbidden | None) -> dict[str, Any]:
+    if refused is not None:
+        return access.forbidden_answer(task_id, refused)
+    return settling.answer(task_id, error)
 
 
 class AckBatchView(_SettleBatchView):

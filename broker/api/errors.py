@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from broker.exceptions import BrokerError, InvalidTaskError, NotFound
+from broker.exceptions import BrokerError, InternalError, InvalidTaskError, NotFound
 from contract.errors import flatten
 
 __all__ = ["ValidationFailed", "error_body", "exception_handler", "flatten", "json_error"]
@@ -75,3 +75,26 @@ def error_response(exc: BrokerError) -> JsonResponse:
 
 def json_error(status: int, message: str, **extra: Any) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
+
+
+# Django's error views (a URLconf's handler400/403/404/500, CSRF_FAILURE_VIEW): JSON, as every
+# error the broker gives. The bundled project's URLconf names them; broker.urls answers its own
+# paths' 404s with `not_found` whatever a project's handlers are.
+def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return error_response(NotFound())
+
+
+def server_error(request: HttpRequest) -> JsonResponse:
+    return error_response(InternalError())
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return json_error(400, "Bad request.")
+
+
+def forbidden(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return json_error(403, "Forbidden.")
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> JsonResponse:
+    return json_error(403, f"CSRF verification failed: {reason}" if reason else "Forbidden.")

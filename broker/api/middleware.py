@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 from collections.abc import Callable
 from http import HTTPStatus
@@ -16,6 +14,8 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from broker.api.errors import error_response, json_error
 from broker.exceptions import DatabaseUnavailable, InternalError
 from broker.sqs.limits import is_sqs_path
+from broker.tokens import auth
+from contract.conf import broker_settings
 from contract.limits import whole_number
 
 log = logging.getLogger(__name__)
@@ -45,33 +45,42 @@ class JsonErrorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
-        if response.status_code >= 400:
-            content_type = response.get("Content-Type", "")
-            # SQS's errors are JSON too (application/x-amz-json-1.0), in SQS's own shape.
-            if not content_type.startswith(("application/json", "application/x-amz-json")):
-                reason = HTTPStatus(response.status_code).phrase
-                new = json_error(response.status_code, f"{reason}.")
-                for header in ("Allow", "WWW-Authenticate", "Retry-After"):
-                    if header in response:
-                        new[header] = response[header]
-                return new
-        return response
+        return json_answer(self.get_response(request))
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not is_api(request.path_info):
             return None
-        if isinstance(exc, TooManyFieldsSent):
-            # Django's cap on query parameters, met when a view reads request.GET: the client's.
-            most = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
-            return json_error(400, f"Too many parameters: at most {most}.")
-        if isinstance(exc, SuspiciousOperation):
-            return json_error(400, "Bad request.")
-        if isinstance(exc, DatabaseError):
-            log.warning("database error answered with 503: %s", exc)
-            return error_response(DatabaseUnavailable())
-        log.exception("unhandled error on %s %s", request.method, request.path_info)
-        return error_response(InternalError())
+        return exception_answer(request, exc)
+
+
+def json_answer(response: HttpResponse) -> HttpResponse:
+    """`response`, or a JSON error of its status when it is an error that is not JSON."""
+    if response.status_code >= 400:
+        content_type = response.get("Content-Type", "")
+        # SQS's errors are JSON too (application/x-amz-json-1.0), in SQS's own shape.
+        if not content_type.startswith(("application/json", "application/x-amz-json")):
+            reason = HTTPStatus(response.status_code).phrase
+            new = json_error(response.status_code, f"{reason}.")
+            for header in ("Allow", "WWW-Authenticate", "Retry-After"):
+                if header in response:
+                    new[header] = response[header]
+            return new
+    return response
+
+
+def exception_answer(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The JSON answer to an exception an API view raised (DRF's handler answers the rest)."""
+    if isinstance(exc, TooManyFieldsSent):
+        # Django's cap on query parameters, met when a view reads request.GET: the client's.
+        most = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return json_error(400, f"Too many parameters: at most {most}.")
+    if isinstance(exc, SuspiciousOperation):
+        return json_error(400, "Bad request.")
+    if isinstance(exc, DatabaseError):
+        log.warning("database error answered with 503: %s", exc)
+        return error_response(DatabaseUnavailable())
+    log.exception("unhandled error on %s %s", request.method, request.path_info)
+    return error_response(InternalError())
 
 
 class BodyLimitMiddleware:
@@ -91,17 +100,30 @@ class BodyLimitMiddleware:
             # Django checks the Host header only when something asks for it; the API's short
             # stack has no CommonMiddleware to ask (a DNS-rebinding page must get a 400).
             request.get_host()
-        if is_api(path) and not is_sqs_path(path):
-            length = whole_number(request.META.get("CONTENT_LENGTH") or "0")
-            limit = settings.BROKER_MAX_BODY_BYTES
-            if length is not None and length > limit:
-                return json_error(413, f"The request body is over the {limit}-byte limit.")
-            tokens = settings.BROKER_API_TOKENS
-            if tokens and path not in OPEN_PATHS and not _token_ok(request, tokens):
-                response = json_error(401, "Missing or wrong bearer token.")
-                response["WWW-Authenticate"] = 'Bearer realm="broker"'
-                return response
+            if not is_sqs_path(path):
+                refused = api_refusal(request, path in OPEN_PATHS)
+                if refused is not None:
+                    return refused
         return self.get_response(request)
+
+
+def api_refusal(request: HttpRequest, open_path: bool) -> HttpResponse | None:
+    """413 for a body over BROKER_MAX_BODY_BYTES, 401 without a valid bearer token while the API
+    is closed (an env token or a database token exists: broker.tokens.auth; not on an open
+    path); None when the request may go on, its grants as `request.broker_access`."""
+    length = whole_number(request.META.get("CONTENT_LENGTH") or "0")
+    limit = broker_settings.BROKER_MAX_BODY_BYTES
+    if length is not None and length > limit:
+        return json_error(413, f"The request body is over the {limit}-byte limit.")
+    if open_path:
+        return None
+    access = auth.authenticate(request.META.get("HTTP_AUTHORIZATION", ""))
+    if access is None:
+        response = json_error(401, "Missing or wrong bearer token.")
+        response["WWW-Authenticate"] = 'Bearer realm="broker"'
+        return response
+    request.broker_access = access  # the grants every view asks (broker.tokens.access)
+    return None
 
 
 class WholeBodyMiddleware:
@@ -180,17 +202,3 @@ def _admin_refusal(request: HttpRequest) -> str | None:
     if any(name.endswith(_REFUSED_LOOKUPS) for name in request.GET):
         return "Lists do not filter by regular expression or range: use the search or a filter."
     return None
-
-
-def _token_ok(request: HttpRequest, tokens: list[str]) -> bool:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        return False
-    # Digests, so every comparison is of 32 bytes and time says nothing of a token's length
-    # either; every token is compared, without stopping at a match.
-    given_digest = hashlib.sha256(given.strip().encode()).digest()
-    ok = False
-    for token in tokens:
-        ok |= hmac.compare_digest(given_digest, hashlib.sha256(token.encode()).digest())
-    return ok

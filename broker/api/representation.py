@@ -13,6 +13,7 @@ from broker.queue import ClaimedTask, Delivery
 from broker.queue.base import api_time
 from broker.queue.dependencies import Parent
 from broker.states import PRIORITY_NAMES
+from broker.tokens import access
 from contract.limits import DEFAULT_AFTER_POLICY
 
 timestamp = api_time  # RFC 3339, UTC, milliseconds: the one rule, beside the claim's SQL
@@ -112,7 +113,8 @@ def listed_task(
         updated_at=timestamp(task.updated_at),
         worker=task.worker,
         lease_deadline=timestamp(task.lease_deadline),
-        idempotency_key=task.idempotency_key,
+        idempotency_key=access.shown_key(task.idempotency_key),
+        enqueued_by=task.enqueued_by,
         progress=progress(task),
     )
     return body

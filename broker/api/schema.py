@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse
 from django.urls import reverse
@@ -41,6 +40,7 @@ from broker.api.schema_operations import (
 )
 from broker.exceptions import DatabaseUnavailable
 from broker.history import schema as history
+from broker.tokens import auth
 from broker.types import schema as types
 from broker.workflows import schema as workflows
 
@@ -82,6 +82,10 @@ _UNAUTHORIZED = answer(
     ref("Error"),
     **{"WWW-Authenticate": {"schema": {"type": "string"}, "description": 'Bearer realm="broker"'}},
 )
+_FORBIDDEN = error_answer(
+    "The access token has no grant for this action on this queue (docs/tenants.md); a task or "
+    "workflow in queues none of its grants names is a 404, as an unknown id."
+)
 _TOO_LARGE = error_answer("The body is over BROKER_MAX_BODY_BYTES.")
 _NOT_JSON = error_answer(
     "The body is not JSON: Content-Type must be application/json (any parameters) or "
@@ -97,7 +101,7 @@ _HEADERS_TOO_LARGE = error_answer("Too many or too large headers (gunicorn's lim
 
 def finish_schema(result: Schema, generator: Any, request: Any, public: bool) -> Schema:
     """POSTPROCESSING_HOOKS: components, security and the answers every operation shares."""
-    tokens = bool(settings.BROKER_API_TOKENS)
+    tokens = auth.closed()
     result["tags"] = [{"name": tag} for tag in TAG_ORDER]
     components = result.setdefault("components", {})
     components.setdefault("schemas", {}).update(COMPONENTS)
@@ -105,7 +109,8 @@ def finish_schema(result: Schema, generator: Any, request: Any, public: bool) ->
         "bearerAuth": {
             "type": "http",
             "scheme": "bearer",
-            "description": "One of BROKER_API_TOKENS; required only when that is set.",
+            "description": "One of BROKER_API_TOKENS, or an access token (createtoken); "
+            "required only while either exists.",
         }
     }
     for path_item in result.get("paths", {}).values():
@@ -116,6 +121,7 @@ def finish_schema(result: Schema, generator: Any, request: Any, public: bool) ->
             else:
                 operation["security"] = [{"bearerAuth": []}]
                 responses.setdefault("401", _UNAUTHORIZED)
+                responses.setdefault("403", _FORBIDDEN)
             if "requestBody" in operation:
                 responses.setdefault("413", _TOO_LARGE)
                 responses.setdefault("415", _NOT_JSON)
@@ -163,7 +169,7 @@ class DocsView(SpectacularSwaggerView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
-        if settings.BROKER_API_TOKENS and not _is_staff(request):
+        if auth.closed() and not _is_staff(request):
             return redirect_to_login(request.get_full_path(), reverse("admin:login"))
         response = super().get(request, *args, **kwargs)
         spec = SchemaGenerator().get_schema(request=request, public=True)

@@ -90,6 +90,10 @@ _LISTED_TASK_FIELDS: dict[str, Schema] = {
     "worker": {**_TEXT_OR_NULL, "description": "X-Broker-Worker of the current holder."},
     "lease_deadline": _TIME_OR_NULL,
     "idempotency_key": _TEXT_OR_NULL,
+    "enqueued_by": {
+        **_TEXT_OR_NULL,
+        "description": "The name of the access token that enqueued it; null otherwise.",
+    },
     "progress": {
         **ref("Progress"),
         "nullable": True,

@@ -11,12 +11,18 @@ from rest_framework.response import Response
 
 from broker import queue, waiting
 from broker.api import parsing
-from broker.api.base import BrokerView
+from broker.api.base import BrokerView, under
 from broker.api.errors import error_body
 from broker.api.representation import delivery, timestamp
-from broker.exceptions import DatabaseUnavailable, TaskNotFound
+from broker.exceptions import (
+    DatabaseUnavailable,
+    NotInDeadLetterQueue,
+    TaskNotFound,
+    TaskNotHeld,
+)
 from broker.longpoll import claim_wait, parking_of, socket_gone
 from broker.models import Task
+from broker.tokens import access
 from broker.wakeup import hub
 
 WORKER_HEADER = "HTTP_X_BROKER_WORKER"
@@ -39,17 +45,22 @@ def worker_identity(request: HttpRequest) -> str | None:
 class JobsView(BrokerView):
     """POST /jobs enqueues; GET /jobs lists."""
 
+    grants = {"post": "produce", "get": "read"}
+
     def post(self, request: Request) -> Response:
-        spec = parsing.parse_enqueue(parsing.read_object(request))
+        spec = access.enqueue_spec(request, parsing.parse_enqueue(parsing.read_object(request)))
+        access.check_after(request, [spec], "")
         pk, created = queue.enqueue(spec)
         return Response(
-            {"id": str(pk)}, status=201 if created else 200, headers={"Location": f"/jobs/{pk}"}
+            {"id": str(pk)},
+            status=201 if created else 200,
+            headers={"Location": under(request, pk)},
         )
 
     def get(self, request: Request) -> Response:
         from broker.api.listing import list_tasks
 
-        return list_tasks(request, Task.objects.all())
+        return list_tasks(request, access.visible(request, Task.objects.all()))
 
 
 class ClaimView(BrokerView):
@@ -57,6 +68,7 @@ class ClaimView(BrokerView):
 
     # Not HEAD: Django would answer it with get(), handing out a task whose body nobody reads.
     http_method_names = ("get", "options")
+    grants = {"get": "consume"}
 
     def get(self, request: Request) -> Response:
         params = request.GET
@@ -66,7 +78,7 @@ class ClaimView(BrokerView):
         lease_ms = parsing.query_int(
             params, "lease_ms", parsing.DEFAULT_LEASE_MS, minimum=1, cap=parsing.MAX_LEASE_MS
         )
-        queues = parsing.queue_list(params.get("queue"))
+        queues = access.claim_scope(request, parsing.queue_list(params.get("queue")))
         got = claim_wait(
             queues,
             lease_ms=lease_ms,
@@ -84,6 +96,7 @@ class _SettleView(BrokerView):
     """POST /jobs/{id}/ack or /nack: `extra` is the body field each may carry."""
 
     extra = ""
+    grants = {"post": "consume"}
 
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request, required=False)
@@ -92,7 +105,9 @@ class _SettleView(BrokerView):
         value = body.get(self.extra)
         if self.extra == "error" and not isinstance(value, str | None):
             raise parsing.ValidationFailed({"error": ["Must be a string."]})
-        item = [(_task_pk(task_id), lease_id, value)]
+        pk = _task_pk(task_id)
+        access.require_task(request, "consume", pk, TaskNotHeld)
+        item = [(pk, lease_id, value)]
         (answer,) = queue.settle(item, []) if self.extra == "result" else queue.settle([], item)
         if answer.error is not None:
             raise answer.error()
@@ -118,17 +133,23 @@ def _lease_ms(request: Request, body: dict[str, Any]) -> int | None:
 
 
 class ExtendView(BrokerView):
+    grants = {"post": "consume"}
+
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request, required=False)
         parsing.only_fields(body, {"lease_id", "lease_ms"})
         lease_id = parsing.lease_id_from(request, body)
         lease_ms = _lease_ms(request, body) or parsing.DEFAULT_LEASE_MS
-        deadline = queue.extend(_task_pk(task_id), lease_id=lease_id, lease_ms=lease_ms)
+        pk = _task_pk(task_id)
+        access.require_task(request, "consume", pk, TaskNotHeld)
+        deadline = queue.extend(pk, lease_id=lease_id, lease_ms=lease_ms)
         return Response({"deadline": timestamp(deadline)})
 
 
 class ProgressView(BrokerView):
     """POST /jobs/{id}/progress: the holder reports how far it got, and may extend its lease."""
+
+    grants = {"post": "consume"}
 
     def post(self, request: Request, task_id: str) -> Response:
         body = parsing.read_object(request)
@@ -136,46 +157,60 @@ class ProgressView(BrokerView):
         lease_id = parsing.lease_id_from(request, body)
         lease_ms = _lease_ms(request, body)
         report = parsing.parse_progress(body)
-        deadline = queue.progress(
-            _task_pk(task_id), lease_id=lease_id, report=report, lease_ms=lease_ms
-        )
+        pk = _task_pk(task_id)
+        access.require_task(request, "consume", pk, TaskNotHeld)
+        deadline = queue.progress(pk, lease_id=lease_id, report=report, lease_ms=lease_ms)
         return Response({"deadline": timestamp(deadline)})
 
 
 class TaskView(BrokerView):
     """GET /jobs/{id} shows one task; DELETE cancels it."""
 
+    grants = {"get": "read", "delete": "manage"}
+
     def get(self, request: Request, task_id: str) -> Response:
         from broker.api.listing import one_task
 
         pk = _task_pk(task_id)
+        access.require_task(request, "read", pk)
         body = one_task(pk)
         body["waiting"] = waiting.explain(pk) if body["state"] in _WAITING_STATES else None
         return Response(body)
 
     def delete(self, request: Request, task_id: str) -> Response:
         parsing.no_body(request)
-        queue.cancel(_task_pk(task_id))
+        pk = _task_pk(task_id)
+        access.require_task(request, "manage", pk)
+        queue.cancel(pk)
         return Response(status=204)
 
 
 class StatsView(BrokerView):
+    grants = {"get": "read:*"}
+
     def get(self, request: Request) -> Response:
         now = queue.stats()  # one snapshot: the gauges always add up to the totals
         return Response({**now["gauges"], "totals": now["totals"], "queues": now["queues"]})
 
 
 class DeadLetterView(BrokerView):
+    grants = {"get": "read"}
+
     def get(self, request: Request) -> Response:
         from broker.api.listing import list_tasks
 
-        return list_tasks(request, Task.objects.dead(), allow_filters=("queue", "type"))
+        tasks = access.visible(request, Task.objects.dead())
+        return list_tasks(request, tasks, allow_filters=("queue", "type"))
 
 
 class RequeueView(BrokerView):
+    grants = {"post": "manage"}
+
     def post(self, request: Request, task_id: str) -> Response:
         parsing.no_body(request)
-        queue.requeue(_task_pk(task_id))
+        pk = _task_pk(task_id)
+        access.require_task(request, "manage", pk, NotInDeadLetterQueue)
+        queue.requeue(pk)
         return Response(status=204)
 
 
@@ -189,6 +224,8 @@ def _database_answers() -> bool:
 
 
 class HealthView(BrokerView):
+    grants = {"get": "open"}
+
     def get(self, request: Request) -> Response:
         # While this process's listener knows PostgreSQL is away, say so at once: a query would
         # wait BROKER_DB_POOL_TIMEOUT (8 s) for a connection, past a load balancer's timeout.

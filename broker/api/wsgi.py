@@ -12,17 +12,19 @@ from django.core.handlers.wsgi import WSGIHandler
 
 from broker.api.middleware import is_api
 from broker.sqs.limits import is_sqs_path
+from contract.conf import broker_settings
 from contract.limits import SQS_MAX_REQUEST_BYTES
 
 
 class ApiHandler(WSGIHandler):
-    """Django's WSGI handler built from settings.BROKER_API_MIDDLEWARE instead of MIDDLEWARE."""
+    """Django's WSGI handler built from BROKER_API_MIDDLEWARE instead of MIDDLEWARE."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         # Django reads settings.MIDDLEWARE here and nowhere else; swap it for the build only
         # (at start-up, before any request thread exists).
         full = settings.MIDDLEWARE
-        settings.MIDDLEWARE = settings.BROKER_API_MIDDLEWARE
+        api = broker_settings.BROKER_API_MIDDLEWARE
+        settings.MIDDLEWARE = full if api is None else api
         try:
             super().load_middleware(is_async)
         finally:
@@ -65,5 +67,5 @@ def _body_limit(path: str) -> int:
     if is_sqs_path(path):
         return SQS_MAX_REQUEST_BYTES
     if is_api(path):
-        return int(settings.BROKER_MAX_BODY_BYTES)
+        return int(broker_settings.BROKER_MAX_BODY_BYTES)
     return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)

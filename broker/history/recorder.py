@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from broker.history import sql
 from broker.models import HISTORY_COLUMNS, HISTORY_GAUGES, HistoryClock, HistoryMark
 from broker.queue import counters, names
 from broker.queue.base import aware, current_time
+from contract.conf import broker_settings
 
 MINUTE, HOUR = 60, 3600
 # At most one recording a second, whichever sweeper makes it: the gauges' sampling rate, and how
@@ -202,8 +202,8 @@ def _compact(since: datetime, until: datetime) -> int:
 def _prune(at: datetime, compacted_until: datetime) -> int:
     """Delete points older than the settings keep them; a minute only once its hour is
     compacted. A batch of each per minute: a backlog goes over the next minutes."""
-    minutes = min(at - timedelta(minutes=settings.BROKER_HISTORY_MINUTES), compacted_until)
-    hours = at - timedelta(hours=settings.BROKER_HISTORY_HOURS)
+    minutes = min(at - timedelta(minutes=broker_settings.BROKER_HISTORY_MINUTES), compacted_until)
+    hours = at - timedelta(hours=broker_settings.BROKER_HISTORY_HOURS)
     pruned = 0
     with connection.cursor() as cursor:
         for step, before in ((MINUTE, minutes), (HOUR, hours)):

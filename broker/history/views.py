@@ -15,6 +15,7 @@ from broker.api.errors import ValidationFailed
 from broker.history.reading import Range, points
 from broker.history.recorder import EPOCH
 from broker.queue.base import current_time
+from broker.tokens import access
 from contract.limits import DEFAULT_HISTORY_RANGE_S, DEFAULT_HISTORY_STEP, HISTORY_STEPS
 
 # RFC 3339's date-time: a date, a time, an offset (Z or ±hh:mm); fractions of a second allowed.
@@ -64,6 +65,12 @@ def parse_range(params: Any) -> Range:
 class HistoryView(BrokerView):
     """GET /stats/history: per-minute or hourly points, per queue or all."""
 
+    grants = {"get": "read"}  # on `queue`, or on every queue without one
+
     def get(self, request: Request) -> Response:
         asked = parse_range(request.GET)
+        if asked.queue is None:
+            access.require_everywhere(request, "read")
+        else:
+            access.require(request, "read", asked.queue)
         return Response({"step": asked.step, "points": points(asked)})

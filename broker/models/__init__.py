@@ -31,13 +31,15 @@ from broker.models.settings import (
     SqsQueue,
 )
 from broker.models.tasks import DeadTask, Dependency, Task, TaskError, TaskQuerySet, Workflow
+from broker.models.tokens import AccessToken, TokenGeneration
 from broker.models.types import JobType
 
 __all__ = [
     "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
-    "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "ClaimScope",
+    "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "AccessToken",
+    "ClaimScope",
     "CounterDelta", "DeadTask", "Dependency", "HistoryClock", "HistoryMark", "HistoryPoint",
     "JobType", "KeyState", "Queue", "QueueCounter", "QueueName", "ReclaimHold", "Schedule",
     "SqsDedup",
-    "SqsMessage", "SqsQueue", "Task", "TaskError", "TaskQuerySet", "Workflow",
+    "SqsMessage", "SqsQueue", "Task", "TaskError", "TaskQuerySet", "TokenGeneration", "Workflow",
 ]  # fmt: skip

@@ -61,7 +61,9 @@ class Task(models.Model):
     worker = models.CharField(max_length=255, null=True, blank=True)
     # Unique among the tasks that have one (Meta.constraints): a plain unique=True indexed every
     # row, NULLs too, and brought a second (LIKE) index; every move of every task paid for both.
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # A token's keys are kept apart from others' (broker.tokens.access.idempotency_key): stored
+    # with its marker before them, so longer than the 255 characters a client may send.
+    idempotency_key = models.CharField(max_length=300, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -82,6 +84,8 @@ class Task(models.Model):
         db_index=False,  # task_workflow_idx: the steps of workflows only, not every task
     )
     ref = models.CharField(max_length=64, null=True, blank=True)
+    # The name of the access token that enqueued it (NULL: an env token, or an open broker).
+    enqueued_by = models.CharField(max_length=100, null=True, blank=True)
     # Keys (broker/queue/keys.py): a tenant's, customer's or entity's id; NULL for none.
     key = models.CharField(max_length=128, null=True, blank=True)
     # In an `ordered` queue: an earlier task of its key is unfinished (a Dependency row with

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from broker.exceptions import BrokerError
 from broker.models import COUNTER_SHARDS
 from broker.states import backoff_ms
+from contract.conf import broker_settings
 
 LEASE_EXPIRED = "lease expired"
 NO_ERROR_GIVEN = "nacked without an error message"
@@ -25,6 +25,15 @@ TRUNCATED = " [truncated]"
 # Errors kept per task once it is requeued (attempts start again from 0, so the history would grow
 # by up to max_attempts errors per round), or while it has unlimited attempts: the newest.
 MAX_KEPT_ERRORS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePatterns:
+    """A claim's scope given as patterns, not names (an access token's grants, broker.tokens):
+    regular expressions over queue names, resolved against the queues with ready tasks."""
+
+    globs: tuple[str, ...]  # as granted: `*` and `?` (fnmatch)
+    regexes: tuple[str, ...]  # the same as regular expressions, for the database
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +54,7 @@ class NewTask:
     # broker.enqueue's run_after: the time itself (delay_ms, read off an earlier clock, is only
     # what was validated), so the task is ready at it, not milliseconds after.
     not_before: datetime | None = None
+    enqueued_by: str | None = None  # the access token's name (broker.tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +143,9 @@ def retries_left(attempts: int, max_attempts: int | None) -> bool:
 def retry_delay(attempts: int, jitter: float | None = None) -> timedelta:
     """The backoff before the retry after the `attempts`-th failure (jitter in [0, 1))."""
     rng = random if jitter is None else _Fixed(jitter)
-    ms = backoff_ms(attempts, settings.BROKER_RETRY_BASE_MS, settings.BROKER_RETRY_MAX_MS, rng)
+    ms = backoff_ms(
+        attempts, broker_settings.BROKER_RETRY_BASE_MS, broker_settings.BROKER_RETRY_MAX_MS, rng
+    )
     return timedelta(milliseconds=ms)
 
 

@@ -46,6 +46,7 @@ def _given(spec: NewTask, now: datetime) -> dict[str, Any]:
         "idempotency_key": spec.idempotency_key,
         "backoff": spec.backoff,
         "key": spec.key,
+        "enqueued_by": spec.enqueued_by,
     }
 
 

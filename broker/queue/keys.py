@@ -6,7 +6,8 @@
   task, and the move that finishes that one (ack, nack or reclaim to dead, cancel: any end)
   clears it, in the same transaction, as a release clears `after` (broker.queue.dependencies).
   The claim indexes hold only tasks without `key_wait`, so claims never see a task whose turn
-  has not come, and a key's backlog costs them nothing.
+  has not come, and a key's backlog costs them nothing. Turned on over a busy queue (order()):
+  the tasks there line up, those handed out first, behind the queue's switch lock (SWITCH_LOCK).
 - `fair` and `key_max_in_flight`: decided when claiming (broker.queue.keyclaims), under the
   queue's row lock.
 
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q
 
 from broker.models import Dependency, KeyState, Queue, Task
 from broker.queue.base import current_time
@@ -45,11 +46,30 @@ _UPSERT = (
     ' "asleep_until" = NULL'  # a key asleep has a task now: woken (see sleep)
     ' RETURNING "queue", "key", "tail"'
 )
+# Whether a queue is ordered is read by each keyed enqueue (and requeue), and turning `ordered`
+# on or off lines up (or frees) the tasks already there: on PostgreSQL an enqueue in flight that
+# read the queue as unordered would commit a task that the change, which read the tasks before
+# that commit, never lined up. So each queue has a switch lock (an advisory lock keyed by
+# SWITCH_LOCK and the name's hash): every keyed enqueue takes it shared, in the statement that
+# holds its keys' rows, before it reads the setting, until its commit; a change takes it alone
+# (lock_switch()). A change waits for the enqueues in flight, and an enqueue behind a change
+# reads what it made. SQLite needs none: its IMMEDIATE transactions take turns from BEGIN.
+SWITCH_LOCK = 0x0B5E
+_LOCKED_UPSERT = (
+    "WITH switch AS MATERIALIZED (SELECT count(pg_advisory_xact_lock_shared(%s, hashtext(g)))"
+    " AS n FROM (SELECT DISTINCT unnest(%s::text[]) AS g ORDER BY 1) AS o)"
+    ' INSERT INTO "broker_keystate" ("queue", "key", "served_at")'
+    " SELECT v.q, v.k, v.s FROM (VALUES {rows}) AS v(q, k, s) CROSS JOIN switch"
+    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at"'
+    ' RETURNING "queue", "key", "tail"'
+)
 
 
 def hold(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
-    """Upsert and lock the KeyState rows of (queue, key) pairs, in one lock order; each pair's
-    tail (the last task enqueued for it in an ordered queue). Call in the enqueue's transaction."""
+    """Upsert and lock the KeyState rows of (queue, key) pairs, in one lock order, after their
+    queues' switch locks, shared (PostgreSQL); each pair's tail (the last task enqueued for it
+    in an ordered queue). Call in the enqueue's transaction, before reading which queues are
+    ordered."""
     # A new key's stamp: in the order the batch names keys (a microsecond apart), then locked
     # in one order.
     first_seen = {pair: n for n, pair in reversed(list(enumerate(pairs)))}
@@ -59,11 +79,24 @@ def hold(pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
     base = unserved(current_time())
     adapt = connection.ops.adapt_datetimefield_value
     params: list[object] = []
+    statement = _UPSERT
+    if connection.vendor == "postgresql":
+        statement = _LOCKED_UPSERT
+        params += [SWITCH_LOCK, sorted({queue for queue, _ in pairs})]
     for queue, key in pairs:
         params += [queue, key, adapt(base + timedelta(microseconds=first_seen[queue, key]))]
     with connection.cursor() as cursor:
-        cursor.execute(_UPSERT.format(rows=", ".join(["(%s, %s, %s)"] * len(pairs))), params)
+        cursor.execute(statement.format(rows=", ".join(["(%s, %s, %s)"] * len(pairs))), params)
         return {(queue, key): tail for queue, key, tail in cursor.fetchall()}
+
+
+def lock_switch(queue: str) -> None:
+    """Take the queue's switch lock alone (SWITCH_LOCK) until this transaction ends: once the
+    keyed enqueues in flight have committed. Call before reading the tasks that a change of
+    `ordered` moves."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [SWITCH_LOCK, queue])
 
 
 def unserved(appeared: datetime) -> datetime:
@@ -90,13 +123,10 @@ class Line:
         self._unfinished = set(live.values_list("pk", flat=True))
         self.waits: list[tuple[Task, int | Task]] = []
 
-    def join(self, row: Task, *, wait: bool = True) -> None:
-        """Put a new row (not yet saved) at the end of its key's line; with wait=False it holds
-        the key without waiting for the row before it (a task already handed out)."""
+    def join(self, row: Task) -> None:
+        """Put a row at the end of its key's line."""
         pair = (row.queue, row.key or KEYLESS)
         previous = self._tails.get(pair)
-        if not wait:
-            previous = None
         if isinstance(previous, Task) or (previous is not None and previous in self._unfinished):
             row.key_wait = True
             if isinstance(previous, Task):
@@ -161,38 +191,60 @@ def requeued(pks: Sequence[int]) -> None:
 
 
 def order(queue: str) -> int:
-    """The queue becomes ordered: its unfinished keyed tasks line up per key in enqueue order,
-    as if enqueued into it. One handed out already keeps its lease and holds its key. Returns
-    how many now wait for their turn. Call in the settings change's transaction."""
+    """The queue becomes ordered: its unfinished keyed tasks line up per key, as if enqueued into
+    it. Each key's tasks handed out already keep their leases and go first, all of them holding
+    the key: each waits for the one before it (their `key_wait` set, though handed out), so the
+    key's next task goes only once every one of them has ended (one that ends while an earlier
+    one is still out hands its place over: dependencies._hand_over_turns). Then the others, in
+    enqueue order. Returns how many now wait. Call in the settings change's transaction."""
+    lock_switch(queue)  # every keyed enqueue of the queue in flight commits first
     live = Task.objects.filter(queue=queue, key__isnull=False, state__in=UNFINISHED)
     pairs = [(queue, key) for key in live.order_by().values_list("key", flat=True).distinct()]
     if not pairs:
         return 0
-    # The keys' rows locked first: an enqueue of one of them in flight commits before the read
-    # below, and one after it reads the queue as ordered.
     hold(pairs)
-    rows = list(live.order_by("pk").only("pk", "queue", "key", "state", "children"))
-    return _line_up_saved(Line(dict.fromkeys(pairs)), rows, holding=State.HANDED_OUT)
+    # Locked in id order, as settles lock, and read as they are once locked: a task acked
+    # meanwhile is not lined up (what waited for it would wait for ever); claims skip these.
+    rows = list(
+        live.select_for_update().order_by("pk").only("pk", "queue", "key", "state", "children")
+    )
+    rows.sort(key=lambda row: row.state != State.HANDED_OUT)  # stable: by id within each part
+    return _line_up_saved(Line(dict.fromkeys(pairs)), rows)
 
 
-def _line_up_saved(line: Line, rows: Sequence[Task], holding: str | None = None) -> int:
+def _line_up_saved(line: Line, rows: Sequence[Task]) -> int:
     """Join rows already saved to `line`, in order, and write what joining them changed: their
-    key_wait, the `children` of the rows they wait for, the key_order rows and the tails. A row
-    in state `holding` holds its key without waiting. Returns how many now wait."""
+    key_wait, the `children` of the rows they wait for, the key_order rows and the tails.
+    Returns how many now wait."""
     for row in rows:
-        line.join(row, wait=holding is None or row.state != holding)
+        line.join(row)
     Task.objects.filter(pk__in=[row.pk for row, _ in line.waits]).update(key_wait=True)
     # An earlier row of these, saved already (a tail named by pk was bumped by Line itself).
     # Each task is at most one other's previous: one statement bumps them all.
     ahead = [previous.pk for _, previous in line.waits if isinstance(previous, Task)]
     Task.objects.filter(pk__in=ahead).update(children=F("children") + 1)
+    # A task handed out that waits (order()) counts as waited for, so that every move that
+    # ends it, whatever waits for it, hands its place in line over (even the tail's place).
+    out = [row.pk for row, _ in line.waits if row.state == State.HANDED_OUT]
+    if out:
+        Task.objects.filter(pk__in=out).update(children=F("children") + 1)
     line.close()
     return len(line.waits)
 
 
 def unorder(queue: str) -> int:
     """The queue stops being ordered: every task waiting for its turn is claimable at once."""
+    lock_switch(queue)  # an enqueue in flight that read the queue as ordered commits first
     waiting = Task.objects.filter(queue=queue, key_wait=True)
+    # The waiting tasks and those they wait for locked first, in id order, as settles lock
+    # them: a settle locks its tasks, then their dependency rows, then their dependants.
+    ahead = Dependency.objects.filter(child__in=waiting, key_order=True, satisfied=False)
+    list(
+        Task.objects.select_for_update()
+        .filter(Q(pk__in=waiting.values("pk")) | Q(pk__in=ahead.values("parent_id")))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     Dependency.objects.filter(child__in=waiting, key_order=True, satisfied=False).update(
         satisfied=True
     )

@@ -9,20 +9,21 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 
 from broker import observe
 from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
-from broker.models import Task
-from broker.queue import counters, dependencies, restricted, sizing, sql
+from broker.models import Queue, Task
+from broker.queue import counters, dependencies, keys, restricted, sizing, sql
 from broker.queue.base import (
     ClaimedTask,
     Delivery,
     Outcome,
+    QueuePatterns,
     Settle,
     api_time,
     aware,
@@ -33,6 +34,7 @@ from broker.queue.base import (
 )
 from broker.queue.settling import Settled, settle_generic
 from broker.states import TRANSITIONS, State
+from contract.conf import broker_settings
 
 _HANDED_OUT = TRANSITIONS["claim"][1]
 _OUTCOMES: tuple[Outcome, ...] = (None, TaskNotHeld, LeaseMismatch)  # sql.SETTLE's codes
@@ -52,7 +54,10 @@ class Claimed(list[Delivery]):
 
 
 def claim(
-    queues: list[str] | None, lease_ms: int, limit: int = 1, worker: str | None = None
+    queues: list[str] | QueuePatterns | None,
+    lease_ms: int,
+    limit: int = 1,
+    worker: str | None = None,
 ) -> Claimed:
     """Hand out up to `limit` ready tasks, priority then oldest first: ready → handed_out.
 
@@ -60,15 +65,30 @@ def claim(
     broker.queue.restricted). Of several, none past the one that takes the answer past
     MAX_ANSWER_BYTES (broker.queue.sizing): those are not handed out. On PostgreSQL, SKIP LOCKED
     lets concurrent claimers pass each other's rows instead of waiting; on SQLite the IMMEDIATE
-    transaction holds the write lock from BEGIN.
+    transaction holds the write lock from BEGIN. QueuePatterns (an access token's claim that
+    names no queue): on PostgreSQL one statement takes from the queues with ready tasks that
+    match; when a restricted queue matches, or on SQLite, those queues are found first.
     """
+    patterns = queues if isinstance(queues, QueuePatterns) else None
+    scope = None if isinstance(queues, QueuePatterns) else queues
+    if patterns is not None and connection.vendor != "postgresql":
+        scope, patterns = _matching(patterns), None
+        if not scope:
+            return Claimed()
     now = current_time()
     lease_id = uuid.uuid4().hex
     deadline = now + timedelta(milliseconds=lease_ms)
-    hand = restricted.Hand(queues, limit, lease_id, deadline, now, worker)
+    hand = restricted.Hand(scope, limit, lease_id, deadline, now, worker)
     found: list[tuple[Any, ...]] | None = None
     retry_in = None
-    if not restricted.seems_restricted(queues):
+    if patterns is not None:
+        found = _claim_pg_matching(hand, patterns)
+        if found is None:  # a restricted queue matches: the restricted path, on their names
+            names = _matching(patterns)
+            if not names:
+                return Claimed()
+            hand = dataclasses.replace(hand, queues=names)
+    elif not restricted.seems_restricted(scope):
         # One statement that also says whether a restricted queue is in its scope.
         if connection.vendor == "postgresql":
             found = _claim_pg(hand)
@@ -91,6 +111,33 @@ def claim(
     )
     claimed.retry_in = retry_in
     return claimed
+
+
+def _claim_pg_matching(
+    hand: restricted.Hand, patterns: QueuePatterns
+) -> list[tuple[Any, ...]] | None:
+    """The claim of the queues matching `patterns` as one statement; None when a restricted
+    queue matches."""
+    statement = sql.CLAIM_MATCHING_MANY if hand.limit > 1 else sql.CLAIM_MATCHING
+    with connection.cursor() as cursor:
+        cursor.execute(statement, {**hand.params(), "regexes": list(patterns.regexes)})
+        rows = cursor.fetchall()
+    if any(row[0] is None for row in rows):
+        return None
+    return rows
+
+
+def _matching(patterns: QueuePatterns) -> list[str]:
+    """The queues with claimable tasks whose names match `patterns`, but those SQS's CreateQueue
+    made (a claim naming no queue leaves them alone)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql.READY_QUEUES_MATCHING, {"regexes": list(patterns.regexes)})
+            return [row[0] for row in cursor.fetchall()]
+    ready = Task.objects.filter(state=State.READY, key_wait=False)
+    ready = ready.exclude(queue__in=Queue.objects.filter(made_by_sqs=True).values("name"))
+    names = ready.values_list("queue", flat=True)
+    return sorted(q for q in set(names) if any(fnmatchcase(q, g) for g in patterns.globs))
 
 
 def _claim_restricted(hand: restricted.Hand) -> tuple[list[tuple[Any, ...]], float | None]:
@@ -209,6 +256,9 @@ def _ack_one_pg(pk: int | None, lease_id: str, body: str | None, now: datetime) 
             rows = _in_lock_order([pk], sql.ACK_ONE, params)
             row = rows[0] if rows else None
             found = None if row is not None else _holder(cursor, pk)
+            if found == (_HANDED_OUT, lease_id):  # waiting for its key's turn
+                (answer,) = _settle_in_line([(pk, lease_id, body)], [], now)
+                return answer
     if row is None:
         held = found is not None and found[0] == _HANDED_OUT and found[1] != lease_id
         return Settled(LeaseMismatch if held else TaskNotHeld)
@@ -251,8 +301,8 @@ def _settle_pg(
         "nack_jitter": [random.random() for _ in nacks],  # noqa: S311 -- backoff jitter
         "now": now,
         "shard": shard(),
-        "retry_base_ms": settings.BROKER_RETRY_BASE_MS,
-        "retry_max_ms": settings.BROKER_RETRY_MAX_MS,
+        "retry_base_ms": broker_settings.BROKER_RETRY_BASE_MS,
+        "retry_max_ms": broker_settings.BROKER_RETRY_MAX_MS,
         "top": max((pk for pk in ids if pk is not None), default=0),
     }
     statement = sql.SETTLE if acks and nacks else sql.SETTLE_ACKS if acks else sql.SETTLE_NACKS
@@ -269,13 +319,29 @@ def _settle_pg(
         for _, code, queue, attempts, state, _, _ in rows
     ]
     again = [i for i, row in enumerate(rows) if row[1] == _AGAIN]
-    if again and not locked:
+    if again:
         acks_again = [acks[i] for i in again if i < len(acks)]
         nacks_again = [nacks[i - len(acks)] for i in again if i >= len(acks)]
-        retried = _settle_pg(acks_again, nacks_again, now, locked=True)
+        if locked:  # still held: waiting for its key's turn (sqlrelease.in_one_statement)
+            retried = _settle_in_line(acks_again, nacks_again, now)
+        else:
+            retried = _settle_pg(acks_again, nacks_again, now, locked=True)
         for i, answer in zip(again, retried, strict=True):
             answers[i] = answer
     return answers
+
+
+def _settle_in_line(acks: list[Settle], nacks: list[Settle], now: datetime) -> list[Settled]:
+    """Settle tasks handed out while waiting for their key's turn (keys.order) as SQLite does,
+    whose release hands an ended task's place in line over (dependencies._hand_over_turns).
+    Locks first as an enqueue of their keys does, their keys' rows, then, in id order, every
+    task the hand-over may move (dependencies.lock_for_cancel): nothing is locked out of order."""
+    ids = sorted({pk for pk, _, _ in [*acks, *nacks] if pk is not None})
+    with transaction.atomic():
+        pairs = Task.objects.filter(pk__in=ids, key__isnull=False).values_list("queue", "key")
+        keys.hold(list(pairs))
+        dependencies.lock_for_cancel(ids)
+        return settle_generic(acks, nacks, now)
 
 
 def ack_many(items: Sequence[Settle]) -> list[Outcome]:

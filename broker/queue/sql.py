@@ -181,6 +181,30 @@ _QUEUES = (
 CLAIM_ANY, CLAIM_ONE_QUEUE, CLAIM_QUEUES = (
     _claim(*c, every=c is _ANY) for c in (_ANY, _ONE_QUEUE, _QUEUES)
 )
+
+# The names of the queues with claimable tasks, by a loose index scan: one probe of
+# task_claim_queue_idx per queue, so no queue's backlog is walked.
+_READY_NAMES = (
+    "RECURSIVE names(name) AS ("
+    f"(SELECT queue FROM broker_task WHERE {CLAIMABLE} ORDER BY queue LIMIT 1)"
+    " UNION ALL SELECT (SELECT t.queue FROM broker_task t WHERE t.state = 'ready'"
+    " AND NOT t.key_wait AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n"
+    " WHERE n.name IS NOT NULL), "
+)
+# Names no queue made by SQS's CreateQueue (a claim naming no queue leaves those alone).
+_MATCHES = f" ~ ANY(%(regexes)s::text[]) AND name NOT IN ({SQS_MADE})"
+# An access token's claim naming no queue (broker.tokens): the queues with ready tasks whose names
+# match its grants' patterns (regular expressions), but those SQS made, each by its own index
+# range, in this very statement; gated as the others when a restricted queue matches.
+_MATCHING = (
+    _per_queue(
+        f"(SELECT name FROM names WHERE name IS NOT NULL AND name{_MATCHES}{_OPEN}) AS q",
+        "%(limit)s",
+    ),
+    f" AND name{_MATCHES}",
+)
+CLAIM_MATCHING = _claim(*_MATCHING, prefix=_READY_NAMES)
+CLAIM_MATCHING_MANY = _claim(*_MATCHING, prefix=_READY_NAMES, many=True)
 CLAIM_ANY_MANY, CLAIM_ONE_QUEUE_MANY, CLAIM_QUEUES_MANY = (
     _claim(*c, many=True, every=c is _ANY) for c in (_ANY, _ONE_QUEUE, _QUEUES)
 )
@@ -271,30 +295,28 @@ def _allowed(source: str, every: bool = False) -> str:
     )
 
 
+# The queues with claimable tasks (one probe of task_claim_queue_idx each: no queue's backlog is
+# walked) whose names match one of the regular expressions: a token's claim that names no queue.
+READY_QUEUES_MATCHING = (
+    f"WITH {_READY_NAMES[:-2]} SELECT name FROM names WHERE name IS NOT NULL AND name{_MATCHES}"
+)
+
 # Hand out the tasks a keyed pick chose (broker.queue.keyclaims), if still claimable.
 CLAIM_IDS = _claim(
     f"SELECT id FROM broker_task WHERE id = ANY(%(ids)s) AND {CLAIMABLE}"
     " ORDER BY id FOR UPDATE SKIP LOCKED"
 )
 _SCOPE = "unnest(%(scope)s::varchar[]) AS s(name)"
-# Every queue: the names of the queues with ready tasks by a loose index scan (one probe of
-# task_claim_queue_idx per queue), so a paused queue's backlog is stepped over, never walked.
-_NAMES = (
-    "RECURSIVE names(name) AS ("
-    f"(SELECT queue FROM broker_task WHERE {CLAIMABLE} ORDER BY queue LIMIT 1)"
-    " UNION ALL SELECT (SELECT t.queue FROM broker_task t WHERE t.state = 'ready'"
-    " AND NOT t.key_wait"
-    " AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n WHERE n.name IS NOT NULL"
-    "), "
-)
 CLAIM_ALLOWED = _claim(_per_queue(_allowed(_SCOPE), "q.lim"))
-CLAIM_ALLOWED_EVERY = _claim(_per_queue(_allowed("names AS s", every=True), "q.lim"), prefix=_NAMES)
+CLAIM_ALLOWED_EVERY = _claim(
+    _per_queue(_allowed("names AS s", every=True), "q.lim"), prefix=_READY_NAMES
+)
 # The same choice without handing out (the rows locked): a scope with fair or key-capped
 # queues too, whose picks (broker.queue.keyclaims) are merged with these in claim order.
 _PICKED = "c.id, c.queue, c.priority, c.available_at"
 PICK_ALLOWED = _per_queue(_allowed(_SCOPE), "q.lim", _PICKED)
 PICK_ALLOWED_EVERY = (
-    f"WITH {_NAMES[:-2]} {_per_queue(_allowed('names AS s', every=True), 'q.lim', _PICKED)}"
+    f"WITH {_READY_NAMES[:-2]} {_per_queue(_allowed('names AS s', every=True), 'q.lim', _PICKED)}"
 )
 
 # -- settle: ack and nack, one or many --------------------------------------------------------

@@ -21,6 +21,7 @@ NEW_VALUES = (
     "available_at",
     "idempotency_key",
     "backoff",
+    "enqueued_by",
 )
 _NEW_CONSTANTS = {
     "attempts": "0", "blockers": "0", "children": "0", "key_wait": "false",
@@ -59,14 +60,14 @@ def _enqueue_many(deferred: bool) -> str:
     return (
         "WITH new AS ("
         " INSERT INTO broker_task (state, queue, priority, type, payload, attempts, max_attempts,"
-        " backoff, available_at, created_at, updated_at)"
+        " backoff, available_at, enqueued_by, created_at, updated_at)"
         " SELECT u.state, u.queue, u.priority, u.type, u.payload, 0, u.max_attempts, u.backoff,"
-        " u.available_at, %(now)s, %(now)s"
+        " u.available_at, u.enqueued_by, %(now)s, %(now)s"
         " FROM unnest(%(state)b::varchar[], %(queue)b::varchar[], %(priority)b::smallint[],"
         " %(type)b::varchar[], %(payload)b::text[], %(max_attempts)b::smallint[],"
-        " %(backoff)b::boolean[], %(available_at)b::timestamptz[])"
+        " %(backoff)b::boolean[], %(available_at)b::timestamptz[], %(enqueued_by)b::varchar[])"
         " WITH ORDINALITY AS u(state, queue, priority, type, payload, max_attempts, backoff,"
-        " available_at, n) ORDER BY u.n"
+        " available_at, enqueued_by, n) ORDER BY u.n"
         " RETURNING id, queue, NULL::text AS o, state AS n"
         f"), counted AS ({counted('new', _ENQUEUE_EVENTS, deferred=deferred)})"
         f", notified AS (SELECT pg_notify('{CHANNEL}', queue || ':' || count(*)) FROM new"

@@ -18,11 +18,15 @@ from broker.wakeup import CHANNEL
 #   id order only when each dependant comes after every item. A workflow step listed before the
 #   step it waits for is such a dependant.
 # `%(locked)s`: the caller holds the locks already (the second run): both are true then.
+# Neither run settles a task still waiting for its key's turn (`key_wait`: handed out when its
+# queue was made ordered, behind another task of its key then out, keys.order): its end hands
+# its place in line over, which the caller does in Python (lease._settle_in_line).
 def in_one_statement(row: str, by_id: str, top: str) -> str:
     return (
-        f"({row}.children = 0 OR %(locked)s OR ({row}.xmin = (SELECT s.xmin FROM broker_task s"
-        f" WHERE s.id = {by_id}) AND NOT EXISTS (SELECT 1 FROM broker_dependency k"
-        f" WHERE k.parent_id = {row}.id AND NOT k.satisfied AND k.child_id < {top})))"
+        f"NOT {row}.key_wait AND ({row}.children = 0 OR %(locked)s OR ({row}.xmin = ("
+        f"SELECT s.xmin FROM broker_task s WHERE s.id = {by_id}) AND NOT EXISTS (SELECT 1 FROM"
+        f" broker_dependency k WHERE k.parent_id = {row}.id AND NOT k.satisfied"
+        f" AND k.child_id < {top})))"
     )
 
 

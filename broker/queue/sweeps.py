@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, Min, OuterRef, QuerySet
 
@@ -19,6 +18,7 @@ from broker.queue.base import LEASE_EXPIRED, current_time
 from broker.queue.redelivery import HELD_COLUMNS, fail_held
 from broker.states import FINISHED_STATES, GAUGE_STATES, TRANSITIONS, State
 from broker.wakeup import announce
+from contract.conf import broker_settings
 
 
 class Pending(NamedTuple):
@@ -75,7 +75,7 @@ def hold_reclaims(since: datetime, back: datetime) -> datetime:
     leases that ended from `since` on are not reclaimed before BROKER_OUTAGE_GRACE_MS after
     `back`, for every sweeper, so that their workers, whose settles met the outage too, get to
     settle them first. Returns the end of the hold."""
-    until = back + timedelta(milliseconds=settings.BROKER_OUTAGE_GRACE_MS)
+    until = back + timedelta(milliseconds=broker_settings.BROKER_OUTAGE_GRACE_MS)
     ReclaimHold.objects.create(since=since, until=until)
     return until
 

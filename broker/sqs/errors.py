@@ -76,6 +76,8 @@ MethodNotAllowed = _error("MethodNotAllowed", status=405)
 InvalidClientTokenId = _error("InvalidClientTokenId", status=403)
 SignatureDoesNotMatch = _error("SignatureDoesNotMatch", status=403)
 MissingAuthenticationToken = _error("MissingAuthenticationToken", status=403)
+# A key whose token's grants do not cover the action on the queue (SQS: AccessDenied, 403).
+AccessDenied = _error("AccessDenied", status=403)
 
 
 class ServiceUnavailable(SqsError):

@@ -93,7 +93,7 @@ class Call:
     """One SQS request as an action sees it."""
 
     body: dict[str, Any]
-    base_url: str  # scheme://host as the client reached us: queue URLs start with it
+    base_url: str  # scheme://host[/prefix] as the client reached us: queue URLs start with it
     path_queue: str | None  # the queue named by a POST to a queue URL, if any
     worker: str  # shown as a receive's holder (X-Broker-Worker's place): "sqs" or "sqs:<key id>"
     gone: Callable[[], bool]  # whether the client hung up (a parked receive stops)

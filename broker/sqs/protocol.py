@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import DisallowedHost
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -20,6 +20,9 @@ from broker.longpoll import parking_of, socket_gone
 from broker.parking.loop import Slot
 from broker.sqs import errors, limits, queues, receiving, sending, sigv4
 from broker.sqs.params import Call
+from broker.tokens import auth, sqskeys
+from broker.tokens.grants import FULL
+from contract.conf import broker_settings
 from contract.limits import whole_number
 
 log = logging.getLogger(__name__)
@@ -85,13 +88,22 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
         raise errors.RequestEntityTooLarge(
             f"The request body is over the {limits.MAX_REQUEST_BYTES}-byte limit."
         )
-    body = request.body
+    try:
+        body = request.body
+    except RequestDataTooBig:  # a project's DATA_UPLOAD_MAX_MEMORY_SIZE below SQS's limit
+        raise errors.RequestEntityTooLarge(
+            f"The request body is over this server's {settings.DATA_UPLOAD_MAX_MEMORY_SIZE}-byte"
+            " limit (DATA_UPLOAD_MAX_MEMORY_SIZE)."
+        ) from None
     if len(body) < length:
         # The client hung up mid-body: what arrived may parse, but it is not what was sent.
         raise errors.SerializationException("The request body ended before its Content-Length.")
     key_id = None
-    if settings.BROKER_API_TOKENS:
-        key_id = sigv4.verify(request, body, settings.BROKER_SQS_CREDENTIALS, timezone.now())
+    grants = FULL
+    if auth.closed():
+        keys = sqskeys.Credentials(broker_settings.BROKER_SQS_CREDENTIALS)
+        key_id = sigv4.verify(request, body, keys, timezone.now())  # type: ignore[arg-type]
+        grants = keys.access_of(key_id)
     action = _action(request)
     content_type = request.META.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
     if content_type not in _JSON_TYPES:
@@ -99,7 +111,10 @@ def _handle(request: HttpRequest, queue_name: str | None) -> dict[str, Any]:
             "The SQS endpoint takes application/x-amz-json-1.0 bodies (the JSON protocol)."
         )
     worker = f"sqs:{key_id}" if key_id else "sqs"
-    return ACTIONS[action](_call(request, queue_name, _body(body), worker, parking))
+    call = _call(request, queue_name, _body(body), worker, parking)
+    sqskeys.check(grants, action, call)
+    answer = ACTIONS[action](call)
+    return sqskeys.listed(grants, action, answer)
 
 
 def _call(
@@ -110,7 +125,7 @@ def _call(
     parking: Slot | None,
 ) -> Call:
     return Call(
-        body=body, base_url=_base_url(request), path_queue=queue_name, worker=worker,
+        body=body, base_url=_base_url(request, queue_name), path_queue=queue_name, worker=worker,
         gone=socket_gone(request.META.get("gunicorn.socket")), parking=parking,
     )  # fmt: skip
 
@@ -141,8 +156,14 @@ def _body(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def _base_url(request: HttpRequest) -> str:
+def _base_url(request: HttpRequest, queue_name: str | None) -> str:
+    """scheme://host, and the path before /sqs: a project of yours may route the broker's URLs
+    under a prefix (/queue/sqs), and queue URLs must lead back through it."""
+    path = request.path.rstrip("/")
+    if queue_name and path.endswith(f"/{queue_name}"):
+        path = path[: -len(queue_name) - 1]
+    prefix = path[: -len(limits.PATH)] if path.endswith(limits.PATH) else ""
     try:
-        return f"{request.scheme}://{request.get_host()}"
+        return f"{request.scheme}://{request.get_host()}{prefix}"
     except DisallowedHost:
         raise errors.InvalidAddress("The Host header names a host not in ALLOWED_HOSTS.") from None

@@ -15,6 +15,7 @@ class TypesView(BrokerView):
     """GET /types: every job type, the built-in ones included, by name."""
 
     http_method_names = ("get", "head", "options")
+    grants = {"get": "read:*"}
 
     def get(self, request: Request) -> Response:
         return Response({"results": catalog.listing()})
@@ -24,6 +25,7 @@ class TypeView(BrokerView):
     """GET /types/{name}; PUT creates or replaces a type of your own; DELETE deletes one."""
 
     http_method_names = ("get", "head", "put", "delete", "options")
+    grants = {"get": "read:*", "put": "manage:*", "delete": "manage:*"}
 
     def get(self, request: Request, name: str) -> Response:
         return Response(catalog.get(name))
@@ -36,7 +38,7 @@ class TypeView(BrokerView):
             raise ValidationFailed(exc.fields) from exc
         if not created:
             return Response(catalog.describe(row))
-        return Response(catalog.describe(row), status=201, headers={"Location": f"/types/{name}"})
+        return Response(catalog.describe(row), status=201, headers={"Location": request.path})
 
     def delete(self, request: Request, name: str) -> Response:
         parsing.no_body(request)

@@ -147,6 +147,8 @@ class WorkflowAdmin(ReadOnly, admin.ModelAdmin):
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._cancel(request, list(queryset.order_by("pk")))
 
+    cancel_selected.logs_itself = True  # broker.admin.audit
+
     def _cancel(self, request: HttpRequest, workflows: list[Workflow]) -> None:
         """Each workflow's steps not yet done, dead or cancelled are cancelled in one transaction
         (queue.cancel_steps); each cancel is written in the admin log."""

@@ -4,6 +4,7 @@ by its place in the body (`steps.3.after.0`, `steps.1.job.max_attempts`); nothin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +65,15 @@ def checked(body: Any) -> tuple[str, list[Step]]:
     return str(name), steps
 
 
-def submit(body: Any) -> tuple[int, dict[str, int]]:
+def submit(
+    body: Any, stamp: Callable[[NewTask], NewTask] = lambda task: task
+) -> tuple[int, dict[str, int]]:
     """Check a workflow (raises WorkflowError) and enqueue it, all or nothing: (its id, {ref:
-    task id})."""
+    task id}). `stamp`: each step's task as the caller may make it (an access token's)."""
     name, steps = checked(body)
-    return queue.enqueue_graph(name, [(s.ref, s.task, s.after, s.after_policy) for s in steps])
+    return queue.enqueue_graph(
+        name, [(s.ref, stamp(s.task), s.after, s.after_policy) for s in steps]
+    )
 
 
 def _steps(raw: list[Any], found: dict[str, list[str]]) -> list[Step]:

@@ -10,7 +10,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from broker import queue
-from broker.api import middleware
+from broker.tokens import auth
 from tests.procs import python
 
 TOKENS = ["first-token-abc", "second-token-xyz"]
@@ -107,7 +107,7 @@ def test_tokens_set__every_token_compared_in_constant_time_even_after_a_match(
         calls.append((len(a), len(b)))
         return real(a, b)
 
-    monkeypatch.setattr(middleware.hmac, "compare_digest", spy)
+    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
     assert _call("get", "/stats", f"Bearer {TOKENS[0]}").status_code == 200
     # One comparison per token, not stopping at the first match; digests of one length.
     assert calls == [(32, 32), (32, 32)]

@@ -20,6 +20,7 @@ from broker.api import middleware, parsing
 from broker.history.views import parse_range
 from broker.models import SqsQueue
 from broker.sqs import attributes, params, queueattrs, queues, receiving, sending, sigv4
+from broker.tokens import auth
 from broker.workflows import graph
 from contract import djtasks
 from contract.limits import parse_task_id, whole_number
@@ -122,8 +123,12 @@ PARSERS: dict[str, Callable[[str], Thunk]] = {
     "integer query parameter": lambda t: lambda: parsing.query_int({"n": t}, "n", 0),
     "task id": lambda t: lambda: parse_task_id(t),
     "Content-Length": lambda t: lambda: whole_number(t),
-    "bearer token": lambda t: _then(
-        middleware._token_ok, _post(HTTP_AUTHORIZATION=f"Bearer {t}"), ["a-token"]
+    "bearer token": lambda t: (
+        lambda: (
+            auth.bearer(f"Bearer {t}"),
+            auth._env_token_ok(t, ["a-token"]),
+            auth.TOKEN_RE.fullmatch(t),
+        )
     ),
     "Host header": lambda t: _post(HTTP_HOST=t).get_host,
     "RFC 3339 time": lambda t: lambda: parse_range({"since": t, "until": t}),

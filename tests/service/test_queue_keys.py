@@ -16,7 +16,7 @@ from broker import queue, queues, waiting
 from broker.models import KeyState, Task
 from broker.queue import NewTask
 from broker.states import State
-from tests.conftest import Clock
+from tests.conftest import Clock, assert_invariant
 
 pytestmark = pytest.mark.django_db
 
@@ -165,6 +165,75 @@ def test_ordered__turned_on__the_tasks_already_there_line_up_per_key() -> None:
             seen.append(pk)
             queue.ack(pk, lease_id=lease)
     assert seen == [ks[1], js[1], ks[2], later]
+
+
+def _end(pk: int, lease: str, how: str, clock: Clock) -> None:
+    """End a handed-out task (max_attempts 1) one way or another."""
+    if how == "ack":
+        queue.ack(pk, lease_id=lease)
+    elif how == "dead":
+        assert queue.nack(pk, lease_id=lease, error="x") == State.DEAD
+    elif how == "cancel":
+        queue.cancel(pk)
+    else:  # its lease lapses: reclaimed to dead
+        Task.objects.filter(pk=pk).update(lease_deadline=timezone.now() - timedelta(days=1))
+        assert queue.reclaim_expired() == 1
+
+
+@pytest.mark.parametrize("how", ["ack", "dead", "cancel", "reclaim_dead"])
+@pytest.mark.parametrize("ends", [(2, 1, 0), (0, 2, 1), (1, 0, 2)])
+def test_ordered__turned_on_with_several_of_a_key_out__the_next_waits_for_every_one(
+    ends: tuple[int, int, int], how: str, clock: Clock
+) -> None:
+    ks = put("o", "k", 5, max_attempts=1)
+    out = take("o", 3)  # three of k at once: the queue is not ordered yet
+    assert sorted(out) == ks[:3]
+    queues.update("o", {"ordered": True})
+    (later,) = put("o", "k", max_attempts=1)
+    for n, i in enumerate(ends):
+        assert take("o", 5) == {}, f"handed out with {3 - n} of its key still out"
+        w = waiting.explain(ks[3])
+        assert w is not None and w["reason"] == "key_busy", w
+        _end(ks[i], out[ks[i]], how, clock)
+    seen = []
+    while got := take("o", 5):
+        ((pk, lease),) = got.items()  # one at a time, in enqueue order
+        seen.append(pk)
+        queue.ack(pk, lease_id=lease)
+    assert seen == [ks[3], ks[4], later]
+    assert_invariant()
+
+
+@pytest.mark.parametrize("ends", [(1, 0), (0, 1)])
+def test_ordered__turned_on_with_only_the_keys_tasks_out__a_later_one_waits_for_each(
+    ends: tuple[int, int],
+) -> None:
+    """No task of the key is left to line up: the key's line ends with those out (its tail)."""
+    ks = put("o", "k", 2)
+    out = take("o", 2)
+    queues.update("o", {"ordered": True})
+    (later,) = put("o", "k")
+    queue.ack(ks[ends[0]], lease_id=out[ks[ends[0]]])
+    assert take("o", 5) == {}
+    queue.ack(ks[ends[1]], lease_id=out[ks[ends[1]]])
+    assert list(take("o", 5)) == [later]
+
+
+def test_ordered__turned_on_with_several_out__a_retry_waits_for_the_earlier_ones(
+    clock: Clock,
+) -> None:
+    ks = put("o", "k", 3, max_attempts=3)
+    out = take("o", 2)
+    queues.update("o", {"ordered": True})
+    assert queue.nack(ks[1], lease_id=out[ks[1]], error="x") == State.DELAYED
+    clock.advance(3_600_000)
+    queue.promote_delayed()
+    assert take("o", 5) == {}  # the retry of the second waits for the first, still out
+    queue.ack(ks[0], lease_id=out[ks[0]])
+    got = take("o", 5)
+    assert list(got) == [ks[1]]
+    queue.ack(ks[1], lease_id=got[ks[1]])
+    assert list(take("o", 5)) == [ks[2]]
 
 
 def test_ordered__a_batch_of_one_key__chained_in_its_order() -> None:

@@ -452,3 +452,24 @@ def test_client__submit_workflow__posts_name_and_steps(
 
     assert make_client(http_broker.url).submit_workflow("etl", steps) == (201, answer)
     assert http_broker.requests_to("POST", "/workflows")[-1].body == {"name": "etl", "steps": steps}
+
+
+@pytest.mark.parametrize("prefix", ["/queue", "/queue/", "/apps/queue"])
+def test_client__broker_under_a_path_prefix__every_call_goes_under_it(
+    http_broker: FakeServer, make_client: MakeClient, prefix: str
+) -> None:
+    # A broker inside a Django project of yours: path("queue/", include("broker.urls")).
+    under = prefix.rstrip("/")
+    http_broker.script("GET", f"{under}/jobs/next", Reply(200, delivery("t1", {})))
+    http_broker.script("POST", f"{under}/jobs/t1/ack", Reply(204))
+    http_broker.script("POST", f"{under}/jobs", Reply(201, {"id": "2"}))
+    http_broker.script("PUT", f"{under}/types/resize", Reply(201, {"name": "resize"}))
+    client = make_client(http_broker.url + prefix)
+
+    assert client.claim(0, 30000)["task"]["id"] == "t1"
+    assert client.ack("t1", "lease-1") is True
+    assert client.enqueue({"payload": {}}) == (201, {"id": "2"})
+    assert client.put_type("resize", {"schema": None})[0] == 201
+    assert [s.path for s in http_broker.seen] == [
+        f"{under}/jobs/next", f"{under}/jobs/t1/ack", f"{under}/jobs", f"{under}/types/resize",
+    ]  # fmt: skip

@@ -8,12 +8,12 @@ import signal
 import threading
 from typing import Any, ClassVar
 
-from django.conf import settings
 from django.core import checks
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connection
 
 from broker.sweeper import OutageWatch, sweep_once
+from contract.conf import broker_settings
 
 log = logging.getLogger("broker.sweeper")
 
@@ -44,7 +44,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="Sweep once and exit.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        interval_ms = options["interval_ms"] or settings.BROKER_SWEEP_INTERVAL_MS
+        interval_ms = options["interval_ms"] or broker_settings.BROKER_SWEEP_INTERVAL_MS
         if options["once"]:
             result = sweep_once(record_now=True, fire_for_s=None)
             self.stdout.write(

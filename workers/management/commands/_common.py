@@ -145,8 +145,10 @@ def handler_modules() -> list[str]:
     variable of that name. Raises CommandError for a name that is not a module's."""
     from django.conf import settings
 
-    configured = getattr(settings, "BROKER_WORKER_HANDLERS", None) if settings.configured else None
-    raw = configured if configured is not None else os.environ.get("BROKER_WORKER_HANDLERS", "")
+    from contract.conf import broker_settings
+
+    configured = broker_settings.BROKER_WORKER_HANDLERS if settings.configured else None
+    raw = configured or os.environ.get("BROKER_WORKER_HANDLERS", "")
     try:
         return loading.module_names(raw)
     except ValueError as exc:

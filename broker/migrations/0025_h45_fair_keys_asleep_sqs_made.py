@@ -24,7 +24,7 @@ def sqs_made_before(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('broker', '0023_i40_jobtypes'),
+        ('broker', '0024_i43_tokens'),
     ]
 
     operations = [
