@@ -60,7 +60,8 @@ _LOCKED_UPSERT = (
     " AS n FROM (SELECT DISTINCT unnest(%s::text[]) AS g ORDER BY 1) AS o)"
     ' INSERT INTO "broker_keystate" ("queue", "key", "served_at")'
     " SELECT v.q, v.k, v.s FROM (VALUES {rows}) AS v(q, k, s) CROSS JOIN switch"
-    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at"'
+    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at",'
+    ' "asleep_until" = NULL'  # as _UPSERT's
     ' RETURNING "queue", "key", "tail"'
 )
 
