@@ -60,3 +60,32 @@ def test_waiting__a_claim_naming_no_queue__no_worker_of_an_sqs_made_queue(
     claim_log.flush()
     # The claim that named no queue could not take it: no worker of the queue came.
     assert api_client.get(f"/jobs/{message}").json()["waiting"]["reason"] == "no_workers"
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_token_claim_naming_no_queue__granted_sqs_made_queue_left_alone(fair: bool) -> None:
+    """An access token's claim naming no queue takes from its granted queues, but those SQS's
+    CreateQueue made (marked here as CreateQueue marks them)."""
+    from rest_framework.test import APIClient
+
+    from broker import queues
+    from broker.models import Queue
+    from broker.tokens import making
+
+    worker = making.make("w", ["consume:ord*"]).secret
+    producer = making.make("p", ["produce:*"]).secret
+    client = APIClient()
+    queues.update("orders", {"fair": fair})
+    Queue.objects.filter(name="orders").update(made_by_sqs=True)
+    ids = {}
+    for name in ("orders", "ord-native"):
+        r = client.post("/jobs", {"payload": 1, "queue": name}, format="json",
+                        headers={"Authorization": f"Bearer {producer}"})  # fmt: skip
+        assert r.status_code == 201, r.content
+        ids[name] = r.json()["id"]
+    auth = {"Authorization": f"Bearer {worker}"}
+    got = client.get("/jobs/next", {"wait_ms": 0}, headers=auth)
+    assert got.status_code == 200 and got.json()["task"]["id"] == ids["ord-native"]
+    assert client.get("/jobs/next", {"wait_ms": 0}, headers=auth).status_code == 204
+    named = client.get("/jobs/next", {"wait_ms": 0, "queue": "orders"}, headers=auth)
+    assert named.status_code == 200 and named.json()["task"]["id"] == ids["orders"]
