@@ -37,7 +37,7 @@ BUSY = 5_000
 _TASK = (
     "INSERT INTO broker_task (state, queue, priority, payload, attempts, max_attempts,"
     " available_at, created_at, updated_at, key)"
-    " SELECT %s, %s, 1, '{\"line\": \"x\"}', 0, 3, now() + %s::interval, now(), now(), {key}"
+    ' SELECT %s, %s, 1, \'{"line": "x"}\', 0, 3, now() + %s::interval, now(), now(), {key}'
     " FROM generate_series(1, %s) g"
 )
 
@@ -80,11 +80,9 @@ def _tasks(conn: psycopg.Connection, queue: str, n: int, key: str, state: str = 
 
 
 def _keystate(conn: psycopg.Connection, queue: str, n: int, served: str) -> None:
-    conn.execute(
-        "INSERT INTO broker_keystate (queue, key, served_at) SELECT %s, 'k' || g, "
-        + served + " FROM generate_series(1, %s) g ON CONFLICT DO NOTHING",
-        [queue, n],
-    )
+    # `served`: an SQL expression of this script's, never input.
+    statement = f"INSERT INTO broker_keystate (queue, key, served_at) SELECT %s, 'k' || g, {served} FROM generate_series(1, %s) g ON CONFLICT DO NOTHING"  # noqa: E501, S608
+    conn.execute(statement, [queue, n])  # type: ignore[arg-type]
 
 
 def _housekeeping() -> None:
@@ -102,8 +100,10 @@ def _housekeeping() -> None:
         from django.db import connection
 
         with connection.cursor() as cursor:
-            cursor.execute("SELECT queue, asleep_until IS NULL, count(*) FROM broker_keystate"
-                           " GROUP BY 1, 2 ORDER BY 1, 2")
+            cursor.execute(
+                "SELECT queue, asleep_until IS NULL, count(*) FROM broker_keystate"
+                " GROUP BY 1, 2 ORDER BY 1, 2"
+            )
             print(cursor.fetchall())
 
 
@@ -159,7 +159,8 @@ def run(call: Callable[..., bytes], cycles: int) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
-    code = Path(argv[argv.index("--code") + 1]) if "--code" in argv else Path(__file__).parent.parent
+    here = Path(__file__).parent.parent
+    code = Path(argv[argv.index("--code") + 1]) if "--code" in argv else here
     cycles = int(argv[argv.index("--cycles") + 1]) if "--cycles" in argv else 300
     sys.dont_write_bytecode = True
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as admin:
