@@ -4,8 +4,9 @@ wake-up latency on a fresh PostgreSQL database.
 Starts gunicorn from gunicorn.conf.py (plus a second broker process for the cross-process wake test)
 and the sweeper, then measures with http.client (one keep-alive connection per thread) and prints a
 table; the figures also go to bench-out/bench.json. Not a test: nothing here passes or fails.
-`python bench/bench.py keys` measures the key claims alone, `python bench/bench.py wake` the
-wake-ups alone (a claim parked on the node, the task sent to the same node and to the second one).
+`python bench/bench.py keys` measures the key claims alone, `python bench/bench.py unique` batches
+of 1000 unique items beside plain ones, `python bench/bench.py wake` the wake-ups alone (a claim
+parked on the node, the task sent to the same node and to the second one).
 """
 
 from __future__ import annotations
@@ -63,15 +64,50 @@ def enqueue_single(port: int, n: int) -> float:
     return n / in_threads(PRODUCERS, producer)
 
 
-def enqueue_bulk(port: int, n: int) -> float:
+def enqueue_bulk(port: int, n: int, size: int = 500, unique: str | None = None) -> float:
+    """Tasks a second by POST /jobs/batch of `size` items, two producers; with `unique`, each
+    item has a unique key of its own (`unique` + its number: all new)."""
+
     def producer(i: int) -> None:
         c = Conn(port)
-        for start_at in range(i * 500, n, 2 * 500):
-            jobs = [{"payload": {"line": f"hello {k}"}} for k in range(start_at, start_at + 500)]
+        for start_at in range(i * size, n, 2 * size):
+            jobs: list[dict[str, Any]] = [
+                {"payload": {"line": f"hello {k}"}} for k in range(start_at, start_at + size)
+            ]
+            if unique is not None:
+                for k, job in enumerate(jobs, start_at):
+                    job["unique"] = {"key": f"{unique}-{k}"}
             status, _ = c.call("POST", "/jobs/batch", {"jobs": jobs})
             assert status == 201, status
 
     return n / in_threads(2, producer)
+
+
+def unique_bulk(port: int, n: int) -> dict[str, Any]:
+    """POST /jobs/batch of 1000 items with a unique key each (all new) beside 1000 plain ones,
+    alternately on one connection so both see the same machine (a shared one is noisy): the
+    median time of each, and their ratio; then the tasks are drained (docs/unique.md)."""
+    c = Conn(port)
+    prefix = f"bench-{time.time_ns()}"
+    times: dict[str, list[float]] = {"plain": [], "unique": []}
+    rounds = max(1, n // 2000)
+    for r in range(rounds):
+        for kind in ("plain", "unique"):
+            jobs: list[dict[str, Any]] = [{"payload": {"line": f"hello {k}"}} for k in range(1000)]
+            if kind == "unique":
+                for k, job in enumerate(jobs):
+                    job["unique"] = {"key": f"{prefix}-{r}-{k}"}
+            started = time.perf_counter()
+            status, _ = c.call("POST", "/jobs/batch", {"jobs": jobs})
+            times[kind].append(time.perf_counter() - started)
+            assert status == 201, status
+    drain(port, rounds * 2000, batch=True)
+    plain, unique = (statistics.median(times[k]) for k in ("plain", "unique"))
+    return {
+        "bulk1000_plain_ms": round(1000 * plain, 1),
+        "bulk1000_unique_ms": round(1000 * unique, 1),
+        "bulk1000_unique_time_vs_plain": round(unique / plain, 2),
+    }
 
 
 def drain(port: int, n: int, batch: bool) -> float:
@@ -290,6 +326,7 @@ def everything(
     results["drain_single_per_s"] = round(drain(port, N, batch=False))
     results["enqueue_bulk_per_s"] = round(enqueue_bulk(port, BULK_N))
     results["drain_batch_per_s"] = round(drain(port, BULK_N, batch=True))
+    results.update(unique_bulk(port, BULK_N))
     p50, p99 = wake(port, port_b)
     results["wake_p50_ms"], results["wake_p99_ms"] = round(p50, 2), round(p99, 2)
     fill(dsn, FINISHED_ROWS, "done", "default")
@@ -307,8 +344,8 @@ def everything(
 
 
 def main() -> None:
-    # `python bench/bench.py keys` (or `wake`): that part alone.
-    only = sys.argv[1] if sys.argv[1:] in (["keys"], ["wake"]) else None
+    # `python bench/bench.py keys` (or `wake`, `unique`): that part alone.
+    only = sys.argv[1] if sys.argv[1:] in (["keys"], ["wake"], ["unique"]) else None
     results: dict[str, Any] = {} if only else dict(inprocess())
     out = ROOT / "bench-out"
     out.mkdir(exist_ok=True)
@@ -332,6 +369,8 @@ def main() -> None:
                 checkpoint(conn)
             if only == "keys":
                 results.update(key_claims(dsn, port))
+            elif only == "unique":
+                results.update(unique_bulk(port, BULK_N))
             elif only == "wake":
                 for name, (parked, enqueue) in {"": (port, port), "cross_": (port, port_b)}.items():
                     p50, p99 = wake(parked, enqueue)

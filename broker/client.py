@@ -41,6 +41,7 @@ def enqueue(
     key: str | None = None,
     after: Sequence[str | int] | None = None,
     after_policy: str = DEFAULT_AFTER_POLICY,
+    unique: dict[str, Any] | None = None,
 ) -> str:
     """Store a task in the current transaction and return its id (a decimal string).
 
@@ -54,7 +55,10 @@ def enqueue(
     and the first task's id comes back. `key` (a tenant's, customer's or entity's id) is what the
     queue's `fair`, `key_max_in_flight` and `ordered` settings share, cap and order by. With
     `after` (task ids), the task starts blocked until those are done (or, with
-    `after_policy="finished"`, done, dead or cancelled).
+    `after_policy="finished"`, done, dead or cancelled). `unique` is POST /jobs' `unique`
+    (`{"key": "doc-42", "until": "finished", "debounce_ms": 2000, ...}`): with a holder of the
+    key, nothing is stored and the holder's id comes back (a pending holder absorbs the
+    request: replace, debounce), in your transaction too.
 
     Raises InvalidTaskError (a ValueError) for anything `POST /jobs` would refuse.
     """
@@ -69,6 +73,8 @@ def enqueue(
         "idempotency_key": idempotency_key,
         "key": key,
     }
+    if unique is not None:
+        options["unique"] = unique
     if after is not None:
         options.update(after=[str(pk) for pk in after], after_policy=after_policy)
     try:

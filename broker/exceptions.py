@@ -85,3 +85,11 @@ class InvalidTaskError(BrokerError, ValueError):
         self.fields = fields
         detail = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in fields.items())
         super().__init__(f"invalid task: {detail}")
+
+
+class UniqueKeyHeld(InvalidTaskError):
+    """A workflow step's unique key is already held (outside the workflow, or by an earlier
+    step): a workflow's steps are its own new tasks, so nothing is created. A 409 naming the
+    step's `unique` (steps.3.job.unique)."""
+
+    status_code = 409

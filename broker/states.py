@@ -75,6 +75,7 @@ COUNTERS: dict[str, str] = {
     "requeued": "Tasks requeued out of the dead-letter queue.",
     "cancelled": "Tasks cancelled.",
     "released": "Blocked tasks released to ready or delayed (what they waited for finished).",
+    "deduplicated": "Enqueues answered by the holder of their unique key: nothing created.",
 }
 
 # event: (from states, to state, counters moved). nack and reclaim fork on attempts left:
@@ -93,6 +94,12 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str, tuple[str, ...]]] = {
     "reclaim_retry": (frozenset({State.HANDED_OUT}), State.DELAYED, ("reclaimed", "retried")),
     "reclaim_bury": (frozenset({State.HANDED_OUT}), State.DEAD, ("reclaimed", "buried")),
     "promote": (frozenset({State.DELAYED}), State.READY, ()),
+    # A debounced enqueue (`unique.debounce_ms`) pushes the pending holder of its key: it waits
+    # delayed until debounce_ms after that request, or is ready at once for a debounce of 0.
+    # Only a task never handed out moves so (broker.queue.unique); the enqueue it absorbed
+    # counts in "deduplicated", not here.
+    "debounce": (frozenset({State.READY, State.DELAYED}), State.DELAYED, ()),
+    "debounce_ready": (frozenset({State.READY, State.DELAYED}), State.READY, ()),
     # A failed attempt of a task without backoff (an SQS message: a lapsed visibility timeout, or
     # ChangeMessageVisibility to 0) is ready again at once; out of attempts it is "reclaim_bury".
     "release": (frozenset({State.HANDED_OUT}), State.READY, ("reclaimed", "retried")),

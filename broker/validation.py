@@ -19,7 +19,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from broker.exceptions import InvalidTaskError
-from broker.queue import NewTask
+from broker.queue import NewTask, Unique
 from broker.states import PRIORITY_BY_NAME
 from broker.types.checks import TypeBook
 from contract import limits
@@ -105,6 +105,76 @@ class TaskIdList(serializers.Field):
         return [str(pk) for pk in value]
 
 
+class UniqueSerializer(StrictSerializer):
+    """`unique`: at most one task of the queue per key (API.md "Unique tasks, debounce and
+    throttle"); broker.queue.Unique."""
+
+    key = StrictString(min_length=1, max_length=limits.MAX_UNIQUE_KEY, trim_whitespace=False)
+    until = serializers.ChoiceField(
+        choices=list(limits.UNIQUE_UNTIL), default=limits.DEFAULT_UNIQUE_UNTIL
+    )
+    period_s = StrictInteger(
+        min_value=1,
+        max_value=limits.MAX_UNIQUE_PERIOD_S,
+        required=False,
+        default=None,
+        allow_null=True,
+    )
+    on_conflict = serializers.ChoiceField(
+        choices=list(limits.UNIQUE_ON_CONFLICT), default=limits.DEFAULT_UNIQUE_ON_CONFLICT
+    )
+    debounce_ms = StrictInteger(
+        min_value=0, max_value=limits.MAX_DEBOUNCE_MS, required=False, default=None, allow_null=True
+    )
+    debounce_max_ms = StrictInteger(
+        min_value=1,
+        max_value=limits.MAX_DEBOUNCE_MAX_MS,
+        required=False,
+        default=None,
+        allow_null=True,
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Expected a JSON object.")
+        return super().to_internal_value(data)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        problems = unique_problems(attrs)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return attrs
+
+
+def unique_problems(attrs: dict[str, Any]) -> dict[str, list[str]]:
+    """The rules between `unique`'s fields (each field already valid on its own)."""
+    problems: dict[str, list[str]] = {}
+    if attrs.get("until") == "period":
+        if attrs.get("period_s") is None:
+            problems["period_s"] = ['Required with "until": "period".']
+    elif attrs.get("period_s") is not None:
+        problems["period_s"] = ['Only with "until": "period".']
+    if attrs.get("debounce_max_ms") is not None and attrs.get("debounce_ms") is None:
+        problems["debounce_max_ms"] = ["Needs debounce_ms."]
+    return problems
+
+
+def unique_from_attrs(attrs: dict[str, Any] | None) -> Unique | None:
+    if attrs is None:
+        return None
+    return Unique(
+        key=attrs["key"],
+        until=attrs["until"],
+        period_s=attrs["period_s"],
+        on_conflict=attrs["on_conflict"],
+        debounce_ms=attrs["debounce_ms"],
+        debounce_max_ms=attrs["debounce_max_ms"],
+    )
+
+
+DEBOUNCE_WITH_DELAY = "Give debounce_ms or delay_ms, not both: a debounced task waits debounce_ms."
+
+
 class EnqueueSerializer(StrictSerializer):
     """A POST /jobs body; the words of every enqueue error. context["types"]: the TypeBook of
     the call it checks bodies for (one per batch or workflow)."""
@@ -137,6 +207,7 @@ class EnqueueSerializer(StrictSerializer):
     after_policy = serializers.ChoiceField(
         choices=list(limits.AFTER_POLICIES), default=limits.DEFAULT_AFTER_POLICY
     )
+    unique = UniqueSerializer(required=False, allow_null=True, default=None)
 
     def to_internal_value(self, data: Any) -> Any:
         try:
@@ -151,6 +222,9 @@ class EnqueueSerializer(StrictSerializer):
             raise
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unique = attrs.get("unique")
+        if unique is not None and unique["debounce_ms"] is not None and attrs["delay_ms"]:
+            raise serializers.ValidationError({"unique.debounce_ms": [DEBOUNCE_WITH_DELAY]})
         if attrs.get("type") is not None:
             payload = lambda: json.loads(attrs["payload"])  # noqa: E731
             problems = _type_problems(attrs["type"], payload, self._types())
@@ -199,6 +273,7 @@ def task_from_attrs(attrs: dict[str, Any]) -> NewTask:
         after=attrs["after"] or (),
         after_policy=attrs["after_policy"],
         key=attrs["key"],
+        unique=unique_from_attrs(attrs.get("unique")),
     )
 
 
@@ -218,6 +293,42 @@ def _plain_text(text: str) -> bool:
 
 def _plain_key(key: Any, most: int = limits.MAX_IDEMPOTENCY_KEY) -> bool:
     return isinstance(key, str) and 0 < len(key) <= most and _plain_text(key)
+
+
+_UNIQUE_FIELDS = frozenset(UniqueSerializer._declared_fields)
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _quick_unique(data: Any) -> Unique | None:
+    """A plainly valid `unique` object → Unique; None: ask the serializer (which words errors)."""
+    if type(data) is not dict or not _UNIQUE_FIELDS.issuperset(data):
+        return None
+    get = data.get
+    key = get("key")
+    until = get("until", limits.DEFAULT_UNIQUE_UNTIL)
+    period_s = get("period_s")
+    on_conflict = get("on_conflict", limits.DEFAULT_UNIQUE_ON_CONFLICT)
+    debounce_ms = get("debounce_ms")
+    debounce_max_ms = get("debounce_max_ms")
+    if (
+        not isinstance(key, str)
+        or not _plain_key(key, limits.MAX_UNIQUE_KEY)
+        or until not in limits.UNIQUE_UNTIL
+        or on_conflict not in limits.UNIQUE_ON_CONFLICT
+        or (period_s is None) != (until != "period")
+        or (period_s is not None and not _whole(period_s, 1, limits.MAX_UNIQUE_PERIOD_S))
+        or (debounce_ms is not None and not _whole(debounce_ms, 0, limits.MAX_DEBOUNCE_MS))
+        or (debounce_max_ms is not None and debounce_ms is None)
+        or (
+            debounce_max_ms is not None
+            and not _whole(debounce_max_ms, 1, limits.MAX_DEBOUNCE_MAX_MS)
+        )
+    ):
+        return None
+    return Unique(key, until, period_s, on_conflict, debounce_ms, debounce_max_ms)
 
 
 def quick_new_task(data: Any) -> NewTask | None:
@@ -252,6 +363,11 @@ def quick_new_task(data: Any) -> NewTask | None:
         or (task_key is not None and not _plain_key(task_key, limits.MAX_KEY))
     ):
         return None
+    unique = None
+    if (asked := get("unique")) is not None:
+        unique = _quick_unique(asked)
+        if unique is None or (unique.debounce_ms is not None and delay_ms):
+            return None
     return NewTask(
         payload=dump_json(data["payload"]),
         max_attempts=max_attempts,
@@ -261,6 +377,7 @@ def quick_new_task(data: Any) -> NewTask | None:
         type=None,
         idempotency_key=key,
         key=task_key,
+        unique=unique,
     )
 
 

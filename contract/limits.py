@@ -97,6 +97,15 @@ MAX_WORKFLOW_STEPS = 1000
 MAX_WORKFLOW_NAME = 200
 REF_RULE = "[A-Za-z0-9_.-]{1,64}"
 REF_RE = re.compile(REF_RULE)
+# Unique tasks (API.md "Unique tasks, debounce and throttle").
+MAX_UNIQUE_KEY = 255
+UNIQUE_UNTIL = ("finished", "started", "period")
+DEFAULT_UNIQUE_UNTIL = "finished"
+UNIQUE_ON_CONFLICT = ("skip", "replace")
+DEFAULT_UNIQUE_ON_CONFLICT = "skip"
+MAX_UNIQUE_PERIOD_S = 7 * 24 * 3600
+MAX_DEBOUNCE_MS = MAX_DELAY_MS
+MAX_DEBOUNCE_MAX_MS = 30 * 24 * 3600 * 1000
 # How recent a claim request must be for a queue to count as having workers (`no_workers`).
 WORKERS_SEEN_S = 60
 
@@ -161,6 +170,15 @@ DOCUMENTED: tuple[tuple[str, Any, str], ...] = (
         ("key", f"1 to {MAX_KEY} characters, no U+0000, or null"),
         ("after", f"1 to {MAX_AFTER} distinct ids of existing tasks"),
         ("after_policy", f"{', '.join(AFTER_POLICIES)}; default {DEFAULT_AFTER_POLICY}"),
+        ("unique.key", f"1 to {MAX_UNIQUE_KEY} characters, no U+0000"),
+        ("unique.until", f"{', '.join(UNIQUE_UNTIL)}; default {DEFAULT_UNIQUE_UNTIL}"),
+        ("unique.period_s", f"1 to {MAX_UNIQUE_PERIOD_S} (7 days); required with period only"),
+        (
+            "unique.on_conflict",
+            f"{', '.join(UNIQUE_ON_CONFLICT)}; default {DEFAULT_UNIQUE_ON_CONFLICT}",
+        ),
+        ("unique.debounce_ms", f"0 to {MAX_DEBOUNCE_MS} (7 days); not with delay_ms"),
+        ("unique.debounce_max_ms", f"1 to {MAX_DEBOUNCE_MAX_MS} (30 days); needs debounce_ms"),
     ),
     ("queue", f"`{QUEUE_RULE}`, default `{DEFAULT_QUEUE}`", "`POST /jobs`, claims, lists"),
     ("JSON depth", f"payloads and results nest at most {MAX_JSON_DEPTH - 1} levels", "every body"),

@@ -90,7 +90,12 @@ class Run:
     def start(self) -> None:
         """The sweeper, then gunicorn (gunicorn.conf.py: BROKER_BIND and the rest)."""
         python = Path(sys.executable)
-        self.sweeper = subprocess.Popen([python, "manage.py", "runsweeper"])  # noqa: S603
+        # A process group of its own: the terminal's Ctrl-C reaches only this process, which
+        # stops the sweeper with SIGTERM (a SIGINT that came while it was still starting up was
+        # a KeyboardInterrupt traceback on the terminal).
+        self.sweeper = subprocess.Popen(  # noqa: S603
+            [python, "manage.py", "runsweeper"], process_group=0
+        )
         self.web = subprocess.Popen([python.parent / "gunicorn"])  # noqa: S603
         self.children = (self.sweeper, self.web)
 

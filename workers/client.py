@@ -333,7 +333,8 @@ class BrokerClient(BatchVerbs):
         Retries 5xx and an unreachable broker for give_up_s; raises BrokerUnavailableError then.
         A body without an idempotency_key is sent with a random one, the same on every retry:
         a 503 or a lost answer may hide a commit, and the broker answers the repeat with 200 and
-        the first task's id instead of enqueueing it twice.
+        the first task's id instead of enqueueing it twice. A body with `unique` answers 200
+        with `{"id": <the holder's>, "deduplicated": true}` when its key is held.
         """
         return self._post_or_raise(self._jobs_url, keyed(body))
 

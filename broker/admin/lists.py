@@ -164,6 +164,17 @@ class KeyFilter(admin.SimpleListFilter):
         return queryset.filter(key=self.value()) if self.value() else queryset
 
 
+class UniqueKeyFilter(KeyFilter):
+    """?unique_key=doc-42: the tasks of one unique key (GET /jobs?unique_key='s index); a
+    task's page links here."""
+
+    title = "unique key"
+    parameter_name = "unique_key"
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(unique_key=self.value()) if self.value() else queryset
+
+
 class TypeFilter(admin.SimpleListFilter):
     """Job types: the built-in ones (the contract's registry) and those of your own (JobType
     rows); the API accepts no other, so the task table is not scanned for them."""

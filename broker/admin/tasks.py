@@ -24,6 +24,7 @@ from broker.admin.lists import (
     QueueFilter,
     TaskChangeList,
     TypeFilter,
+    UniqueKeyFilter,
 )
 from broker.models import Task
 from broker.queue import dependencies
@@ -50,7 +51,7 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # state, attempts, lease: broker.q
     )  # fmt: skip
     list_display_links = ("short_id",)
     list_filter: Sequence[str | type[admin.SimpleListFilter]] = (
-        "state", QueueFilter, KeyFilter, TypeFilter, "priority",
+        "state", QueueFilter, KeyFilter, UniqueKeyFilter, TypeFilter, "priority",
     )  # fmt: skip
     search_fields = ("queue", "type", "idempotency_key", "key", "last_error", "payload")
     search_help_text = (
@@ -73,7 +74,8 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # state, attempts, lease: broker.q
         (None, {"fields": (
             "id", "state", "waiting_now", "queue", "key", "type", "priority_name",
             "attempts_of_max",
-            "idempotency_key", "last_error_shown", "waits_for", "workflow_step",
+            "idempotency_key", "unique_holding", "last_error_shown", "waits_for",
+            "workflow_step",
         )}),
         ("Times and lease", {"fields": (
             "created", "available", "last_update", "claimed", "lease_until", "worker",
@@ -107,6 +109,27 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # state, attempts, lease: broker.q
         url = f"{reverse('admin:broker_task_changelist')}?{urlencode({'key': task.key})}"
         shown = Truncator(task.key).chars(KEY_PREVIEW_CHARS)
         return format_html('<a href="{}" title="{}">{}</a>', url, task.key, shown)
+
+    @admin.display(description="unique key")
+    def unique_holding(self, task: Task) -> str:
+        """The unique key (linking to its tasks), how many enqueues the task absorbed while
+        pending and, for one still pending, when it runs (a debounce pushes that time)."""
+        if task.unique_key is None:
+            return EMPTY
+        query = urlencode({"unique_key": task.unique_key})
+        url = f"{reverse('admin:broker_task_changelist')}?{query}"
+        pending = task.claimed_at is None and task.state in (State.READY, State.DELAYED)
+        runs = (
+            format_html(" · runs at {}", when(task.available_at))
+            if pending and task.state == State.DELAYED
+            else format_html(" · ready since {}", when(task.available_at))
+            if pending
+            else ""
+        )
+        absorbed = (
+            ngettext("absorbed %d enqueue", "absorbed %d enqueues", task.absorbed) % task.absorbed
+        )
+        return format_html('<a href="{}">{}</a> · {}{}', url, task.unique_key, absorbed, runs)
 
     @admin.display(description="priority", ordering="priority")
     def priority_name(self, task: Task) -> str:

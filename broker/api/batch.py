@@ -37,8 +37,11 @@ class EnqueueBatchView(BrokerView):
         items = _items(parsing.read_object(request), "jobs")
         specs = [access.enqueue_spec(request, s) for s in validation.new_tasks(items, "jobs")]
         access.check_after(request, specs, "jobs.{}.")
-        ids = queue.enqueue_many(specs, "jobs.{}.")
-        return Response({"ids": [str(pk) for pk in ids]}, status=201)
+        ids, deduplicated = queue.enqueue_batch(specs, "jobs.{}.")
+        body: dict[str, Any] = {"ids": [str(pk) for pk in ids]}
+        if deduplicated:
+            body["deduplicated"] = deduplicated
+        return Response(body, status=201)
 
 
 class _Claim(NamedTuple):

@@ -48,7 +48,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, ValidationFailed):
         return Response(error_body(exc.message, exc.fields), status=400)
     if isinstance(exc, InvalidTaskError):
-        return Response(error_body(_summary(exc.fields), exc.fields), status=400)
+        return Response(error_body(_summary(exc.fields), exc.fields), status=exc.status_code)
     if isinstance(exc, BrokerError):
         return Response(error_body(exc.message), status=exc.status_code)
     if isinstance(exc, Http404):

@@ -21,7 +21,7 @@ from broker.queue import dependencies
 from broker.queue.sizing import Bytes
 from broker.states import State
 from contract.limits import DEFAULT_PAGE_SIZE as DEFAULT_LIMIT
-from contract.limits import LISTED_ERROR_CHARS, MAX_ANSWER_BYTES, MAX_KEY
+from contract.limits import LISTED_ERROR_CHARS, MAX_ANSWER_BYTES, MAX_KEY, MAX_UNIQUE_KEY
 from contract.limits import MAX_PAGE_SIZE as MAX_LIMIT
 
 
@@ -127,7 +127,7 @@ def one_task(pk: int) -> dict[str, Any]:
 def list_tasks(
     request: Request,
     tasks: Any,
-    allow_filters: tuple[str, ...] = ("state", "queue", "type", "workflow", "key"),
+    allow_filters: tuple[str, ...] = ("state", "queue", "type", "workflow", "key", "unique_key"),
 ) -> Response:
     filters: dict[str, Any] = {}
     for name in allow_filters:
@@ -142,6 +142,11 @@ def list_tasks(
         raise ValidationFailed({"type": ["Not a job type name."]})
     if "\x00" in filters.get("key", "") or len(filters.get("key", "")) > MAX_KEY:
         raise ValidationFailed({"key": ["Not a key: 1 to 128 characters, no U+0000."]})
+    unique_key = filters.get("unique_key", "")
+    if "\x00" in unique_key or len(unique_key) > MAX_UNIQUE_KEY:
+        raise ValidationFailed(
+            {"unique_key": [f"Not a unique key: 1 to {MAX_UNIQUE_KEY} characters, no U+0000."]}
+        )
     if "workflow" in filters:
         workflow = parsing.task_id(filters.pop("workflow"))  # ids of one shape
         if workflow is None:

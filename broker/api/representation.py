@@ -115,6 +115,7 @@ def listed_task(
         lease_deadline=timestamp(task.lease_deadline),
         idempotency_key=access.shown_key(task.idempotency_key),
         enqueued_by=task.enqueued_by,
+        unique_key=task.unique_key,
         progress=progress(task),
     )
     return body

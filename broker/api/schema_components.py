@@ -94,6 +94,7 @@ _LISTED_TASK_FIELDS: dict[str, Schema] = {
         **_TEXT_OR_NULL,
         "description": "The name of the access token that enqueued it; null otherwise.",
     },
+    "unique_key": {**_TEXT_OR_NULL, "description": "The key of its `unique`; null for none."},
     "progress": {
         **ref("Progress"),
         "nullable": True,
@@ -147,6 +148,32 @@ _ENQUEUE_FIELDS: dict[str, Schema] = {
         "default": limits.DEFAULT_AFTER_POLICY,
         "description": "done: released when all are done (a cancel cascades); finished: "
                        "when all are done, dead or cancelled.",
+    },
+    "unique": {
+        **_object(
+            {
+                "key": {"type": "string", "minLength": 1, "maxLength": limits.MAX_UNIQUE_KEY},
+                "until": {"type": "string", "enum": list(limits.UNIQUE_UNTIL),
+                          "default": limits.DEFAULT_UNIQUE_UNTIL},
+                "period_s": {"type": "integer", "minimum": 1,
+                             "maximum": limits.MAX_UNIQUE_PERIOD_S,
+                             "description": "Required with until period, refused otherwise."},
+                "on_conflict": {"type": "string", "enum": list(limits.UNIQUE_ON_CONFLICT),
+                                "default": limits.DEFAULT_UNIQUE_ON_CONFLICT},
+                "debounce_ms": {"type": "integer", "minimum": 0,
+                                "maximum": limits.MAX_DEBOUNCE_MS,
+                                "description": "Not with delay_ms."},
+                "debounce_max_ms": {"type": "integer", "minimum": 1,
+                                    "maximum": limits.MAX_DEBOUNCE_MAX_MS,
+                                    "description": "Needs debounce_ms."},
+            },
+            ["key"],
+            closed=True,
+        ),
+        "nullable": True,
+        "description": "At most one task of the queue per key while `until` says so: a held "
+                       "key answers 200 with the holder's id, which a pending holder absorbs "
+                       "(replace, debounce).",
     },
 }  # fmt: skip
 
@@ -252,7 +279,14 @@ LEASE_COMPONENTS: dict[str, Schema] = {
         ["task", "lease_id", "deadline"],
     ),
     "EnqueueRequest": _object(_ENQUEUE_FIELDS, ["payload"], closed=True),
-    "Enqueued": _object({"id": {"type": "string"}}, ["id"]),
+    "Enqueued": _object(
+        {
+            "id": {"type": "string"},
+            "deduplicated": {"type": "boolean", "description": "Its unique key's holder."},
+            "replaced": {"type": "boolean", "description": "The holder took this body."},
+        },
+        ["id"],
+    ),
     "Deadline": _object({"deadline": _TIME}, ["deadline"]),
     "AckRequest": _object({"lease_id": {"type": "string"}, "result": ANY_JSON}, [], closed=True),
     "NackRequest": _object(
@@ -313,7 +347,17 @@ BATCH_COMPONENTS: dict[str, Schema] = {
         ["jobs"],
         closed=True,
     ),
-    "EnqueuedBatch": _object({"ids": {"type": "array", "items": {"type": "string"}}}, ["ids"]),
+    "EnqueuedBatch": _object(
+        {
+            "ids": {"type": "array", "items": {"type": "string"}},
+            "deduplicated": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "description": "Indexes of the items a unique key's holder answered.",
+            },
+        },
+        ["ids"],
+    ),
     "ClaimRequest": _object(
         {
             "max": {

@@ -96,6 +96,9 @@ QUEUE = _query("queue", ref("QueueName"), "Only tasks of this queue.")
 # A filter given empty is a 400 (parsing.query_text), not "no filter".
 TYPE = _query("type", {"type": "string", "minLength": 1}, "Only tasks of this job type.")
 KEY = _query("key", {"type": "string", "minLength": 1, "maxLength": 128}, "Only tasks of this key.")
+UNIQUE_KEY = _query(
+    "unique_key", {"type": "string", "minLength": 1, "maxLength": 255}, "Only tasks of this key."
+)
 WORKFLOW = _query(
     "workflow", {"type": "string", "pattern": TASK_ID_PATTERN}, "Only the steps of this workflow."
 )
@@ -153,7 +156,8 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             {
                 201: answer("Created.", ref("Enqueued"), Location=LOCATION),
                 200: answer(
-                    "The idempotency key is kept: the first task's id, nothing created.",
+                    "The idempotency key is kept (the first task's id), or the unique key is "
+                    "held (the holder's id, deduplicated): nothing created.",
                     ref("Enqueued"),
                     Location=LOCATION,
                 ),
@@ -166,7 +170,7 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             "List tasks",
             "jobs",
             {200: _LIST_PAGE, 400: BAD_REQUEST},
-            parameters=[STATE, QUEUE, TYPE, KEY, WORKFLOW, LIMIT, CURSOR],
+            parameters=[STATE, QUEUE, TYPE, KEY, UNIQUE_KEY, WORKFLOW, LIMIT, CURSOR],
         ),
     },
     "broker.api.views.ClaimView": {

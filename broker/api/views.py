@@ -50,12 +50,14 @@ class JobsView(BrokerView):
     def post(self, request: Request) -> Response:
         spec = access.enqueue_spec(request, parsing.parse_enqueue(parsing.read_object(request)))
         access.check_after(request, [spec], "")
-        pk, created = queue.enqueue(spec)
-        return Response(
-            {"id": str(pk)},
-            status=201 if created else 200,
-            headers={"Location": under(request, pk)},
-        )
+        done = queue.enqueue_answer(spec)
+        body: dict[str, Any] = {"id": str(done.pk)}
+        if done.deduplicated:
+            body["deduplicated"] = True
+            if done.replaced:
+                body["replaced"] = True
+        status = 201 if done.created else 200
+        return Response(body, status=status, headers={"Location": under(request, done.pk)})
 
     def get(self, request: Request) -> Response:
         from broker.api.listing import list_tasks

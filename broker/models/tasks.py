@@ -97,6 +97,11 @@ class Task(models.Model):
     progress_message = models.TextField(null=True, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True)
     checkpoint = models.TextField(null=True, blank=True)
+    # Unique tasks (broker/queue/unique.py): the task holds this key of its queue while the
+    # enqueue's `until` says so; `absorbed` counts the enqueues it answered while pending (never
+    # handed out), each of which may have replaced its payload or pushed its time (debounce).
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    absorbed = models.IntegerField(default=0, db_default=0)
 
     objects = TaskQuerySet.as_manager()
 
@@ -108,7 +113,22 @@ class Task(models.Model):
                 fields=["idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="task_idempotency_key_uniq",
-            )
+            ),
+            # At most one pending task (never handed out, not finished) per queue and unique key:
+            # two enqueues racing on any broker processes insert one task, the other's insert
+            # conflicts and it answers with the winner (broker.queue.unique). A task leaves the
+            # index when it is first handed out (claimed_at is never cleared), so retries,
+            # requeues and the new task a "started" key allows beside a running one coexist:
+            # no existing move can conflict. Keyless tasks are not in it.
+            models.UniqueConstraint(
+                fields=["queue", "unique_key"],
+                condition=Q(
+                    unique_key__isnull=False,
+                    claimed_at__isnull=True,
+                    state__in=["blocked", "delayed", "ready"],
+                ),
+                name="task_unique_pending_uniq",
+            ),
         ]
         indexes = [
             # The claim: partial on ready, so 10 or 10 million finished rows cost the same.
@@ -151,6 +171,12 @@ class Task(models.Model):
             # GET /jobs?key=: newest first.
             models.Index(
                 fields=["key", "-id"], condition=Q(key__isnull=False), name="task_key_idx"
+            ),
+            # A unique key's holder (oldest first) and GET /jobs?unique_key=.
+            models.Index(
+                fields=["unique_key", "queue", "id"],
+                condition=Q(unique_key__isnull=False),
+                name="task_unique_key_idx",
             ),
             models.Index(
                 fields=["lease_deadline"], condition=Q(state="handed_out"), name="task_lease_idx"

@@ -6,6 +6,7 @@ with gauges" hold at every instant, whoever calls (views, the sweeper, admin, te
 target states and counters of each move come from `broker.states.TRANSITIONS`.
 
     enqueue.py      enqueue, enqueue_many
+    unique.py       unique keys: the holder of a key, absorbing a request (replace, debounce)
     lease.py        claim, settle (ack/nack, one or many), extend
     sizing.py       a claim's answer size: one of several stops adding tasks past 8 MiB
     progress.py     progress: the holder's report and checkpoint (no state change)
@@ -26,9 +27,11 @@ from broker.queue.base import (
     NO_ERROR_GIVEN,
     ClaimedTask,
     Delivery,
+    Enqueued,
     NewTask,
     Outcome,
     Settle,
+    Unique,
 )
 from broker.queue.counters import fold_deltas, gauges, live_queues, queue_gauges, stats, totals
 from broker.queue.deadletters import (
@@ -39,7 +42,7 @@ from broker.queue.deadletters import (
     requeue,
     requeue_many,
 )
-from broker.queue.enqueue import enqueue, enqueue_many
+from broker.queue.enqueue import enqueue, enqueue_answer, enqueue_batch, enqueue_many
 from broker.queue.graphs import cancel_steps, enqueue_graph
 from broker.queue.lease import (
     Claimed,
@@ -70,12 +73,14 @@ __all__ = [
     "Claimed",
     "ClaimedTask",
     "Delivery",
+    "Enqueued",
     "NewTask",
     "Outcome",
     "Pending",
     "Pruned",
     "Report",
     "Settle",
+    "Unique",
     "ack",
     "ack_lapsed",
     "ack_many",
@@ -86,6 +91,8 @@ __all__ = [
     "claim",
     "discard_many",
     "enqueue",
+    "enqueue_answer",
+    "enqueue_batch",
     "enqueue_graph",
     "enqueue_many",
     "extend",

@@ -37,6 +37,30 @@ class QueuePatterns:
 
 
 @dataclass(frozen=True, slots=True)
+class Unique:
+    """An enqueue's `unique`: at most one task of its queue holds `key` while `until` says so
+    (broker.queue.unique)."""
+
+    key: str
+    until: str = "finished"  # or "started", "period"
+    period_s: int | None = None  # with "period" only
+    on_conflict: str = "skip"  # or "replace"
+    debounce_ms: int | None = None
+    debounce_max_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What an enqueue did: a new task (created), or the id of the task that already holds the
+    request's idempotency key or unique key; `replaced`: its payload became the request's."""
+
+    pk: int
+    created: bool
+    deduplicated: bool = False
+    replaced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class NewTask:
     """What an enqueue asks for, already validated."""
 
@@ -55,6 +79,7 @@ class NewTask:
     # what was validated), so the task is ready at it, not milliseconds after.
     not_before: datetime | None = None
     enqueued_by: str | None = None  # the access token's name (broker.tokens)
+    unique: Unique | None = None  # at most one task per key (broker.queue.unique)
 
 
 @dataclass(frozen=True, slots=True)

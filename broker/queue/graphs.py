@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
 from broker import observe
-from broker.exceptions import InvalidTaskError
+from broker.exceptions import InvalidTaskError, UniqueKeyHeld
 from broker.models import Dependency, Task, Workflow
-from broker.queue import counters, keys
+from broker.queue import counters, keys, unique
 from broker.queue.base import NewTask, current_time
 from broker.queue.deadletters import cancel_many
 from broker.queue.dependencies import FINISHED
@@ -31,7 +32,9 @@ def enqueue_graph(
     this graph only and draw no cycle (broker/workflows checks both). A step waiting for others
     starts blocked; the rest start ready or delayed. Returns (workflow id, {ref: task id}).
 
-    Raises InvalidTaskError naming `steps.N.job.idempotency_key` when a step's key is kept.
+    Raises InvalidTaskError naming `steps.N.job.idempotency_key` when a step's key is kept;
+    UniqueKeyHeld (409) naming `steps.N.job.unique` when a step's unique key has a holder (a
+    stored task, or an earlier step).
     """
     idem = {s[1].idempotency_key: i for i, s in enumerate(steps) if s[1].idempotency_key}
     in_caller_transaction = connection.in_atomic_block
@@ -39,6 +42,7 @@ def enqueue_graph(
         with transaction.atomic():
             _refuse_kept(idem)
             now = current_time()
+            _refuse_held([task for _, task, _, _ in steps], now)
             workflow = Workflow.objects.create(name=name, created_at=now)
             index = {ref: i for i, (ref, *_) in enumerate(steps)}
             waited_for = Counter(index[r] for _, _, after, _ in steps for r in after)
@@ -66,12 +70,38 @@ def enqueue_graph(
             counters.bump(counters.count_moves(_EVENTS, moves), deferred=in_caller_transaction)
             announce(Counter(row.queue for row in rows if row.state == State.READY))
     except IntegrityError as exc:  # a key taken by another enqueue meanwhile
+        if any(task.unique is not None for _, task, _, _ in steps):
+            # A racing enqueue took a unique key: the 409 names the step (or this one's
+            # idempotency key was the one taken: as below).
+            _refuse_held([task for _, task, _, _ in steps], current_time())
         if not idem:
             raise
         raise InvalidTaskError({"steps": ["An idempotency key was taken meanwhile."]}) from exc
     for state, n in Counter(row.state for row in rows).items():
         observe.moved("new", state, count=n)
     return workflow.pk, {row.ref or "": row.pk for row in rows}
+
+
+def _refuse_held(tasks: Sequence[NewTask], now: datetime) -> None:
+    """UniqueKeyHeld naming each step whose unique key a stored task or an earlier step holds."""
+    asked = [(i, t.queue, t.unique) for i, t in enumerate(tasks) if t.unique is not None]
+    if not asked:
+        return
+    periods = [u.period_s for _, _, u in asked if u.period_s]
+    found = unique.candidates(
+        [(q, u.key) for _, q, u in asked], now, max(periods) if periods else None
+    )
+    held: dict[str, list[str]] = {}
+    earlier: set[tuple[str, str]] = set()
+    for i, queue_name, asks in asked:
+        holder = unique.holder_among(found, queue_name, asks, now)
+        if holder is not None:
+            held[f"steps.{i}.job.unique"] = [f"Held by task {holder.pk}: steps are new tasks."]
+        elif (queue_name, asks.key) in earlier:
+            held[f"steps.{i}.job.unique"] = ["Held by an earlier step of this workflow."]
+        earlier.add((queue_name, asks.key))
+    if held:
+        raise UniqueKeyHeld(held)
 
 
 def _refuse_kept(idem: dict[Any, int]) -> None:

@@ -268,14 +268,16 @@ _sleep_after = 0  # and its next sleep
 # which wakes it: the xmin guard skips a row upserted since this statement's snapshot (it waits
 # for that writer, then sees a new row version), so a key is never put to sleep over a task it
 # was given meanwhile. A delayed task is promoted at its time or later; the first fair claim
-# after that time wakes the key (keyclaims.PREPARE). The keyless key "" never sleeps.
+# after that time wakes the key (keyclaims.PREPARE). The keyless key "" never sleeps, nor a key
+# with a pending unique task (broker.queue.unique): a debounce may bring its time forward.
 _SLEEP = (
     "WITH walked AS (SELECT id, queue, key, xmin AS seen FROM broker_keystate"
     " WHERE id > %(after)s AND asleep_until IS NULL AND key <> '' ORDER BY id LIMIT %(limit)s),"
     " idle AS (SELECT w.id, w.seen, (SELECT min(t.available_at) FROM broker_task t"
     " WHERE t.queue = w.queue AND t.key = w.key AND t.state = 'delayed') AS due FROM walked w"
     " WHERE NOT EXISTS (SELECT 1 FROM broker_task t WHERE t.queue = w.queue AND t.key = w.key"
-    " AND t.state IN ('ready', 'handed_out', 'blocked'))),"
+    " AND (t.state IN ('ready', 'handed_out', 'blocked')"
+    " OR (t.unique_key IS NOT NULL AND t.claimed_at IS NULL)))),"
     " slept AS (UPDATE broker_keystate k SET asleep_until = coalesce(i.due, %(never)s)"
     " FROM idle i WHERE k.id = i.id AND k.xmin = i.seen AND k.asleep_until IS NULL RETURNING 1)"
     " SELECT (SELECT max(id) FROM walked), (SELECT count(*) FROM walked),"

@@ -22,16 +22,17 @@ NEW_VALUES = (
     "idempotency_key",
     "backoff",
     "enqueued_by",
+    "unique_key",
 )
 _NEW_CONSTANTS = {
-    "attempts": "0", "blockers": "0", "children": "0", "key_wait": "false",
+    "attempts": "0", "blockers": "0", "children": "0", "key_wait": "false", "absorbed": "0",
     "created_at": "%(now)s", "updated_at": "%(now)s",
 }  # fmt: skip
-_NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
+NEW_COLUMNS = [f.column for f in Task._meta.concrete_fields if not f.primary_key]
 _ENQUEUE_EVENTS = ("enqueue", "enqueue_delayed")
 
 
-def _new_value(column: str) -> str:
+def new_value(column: str) -> str:
     if column in NEW_VALUES:
         return f"%({column})s"
     return _NEW_CONSTANTS.get(column, "NULL")
@@ -40,8 +41,8 @@ def _new_value(column: str) -> str:
 def _enqueue(deferred: bool) -> str:
     return (
         "WITH new AS ("
-        f" INSERT INTO broker_task ({', '.join(_NEW_COLUMNS)})"
-        f" VALUES ({', '.join(_new_value(c) for c in _NEW_COLUMNS)})"
+        f" INSERT INTO broker_task ({', '.join(NEW_COLUMNS)})"
+        f" VALUES ({', '.join(new_value(c) for c in NEW_COLUMNS)})"
         # The partial unique index's predicate, for PostgreSQL to infer it (Task.Meta).
         " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
         " RETURNING id, queue, NULL::text AS o, state AS n"

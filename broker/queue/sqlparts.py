@@ -4,7 +4,7 @@ one-snapshot stats read."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from broker.models import COUNTER_COLUMNS, DURATION_BUCKETS
 from broker.states import GAUGE_STATES, TRANSITIONS
@@ -48,9 +48,12 @@ def bucket(duration: str) -> str:
     return f"(SELECT count(*) FROM unnest('{{{_BOUNDS}}}'::float8[]) x WHERE x < {duration})"
 
 
-def delta_expressions(events: Sequence[str], *, timed: bool = False) -> dict[str, str]:
-    """Counter column → aggregate over moved rows (queue, o, n[, b, us])."""
-    parts: dict[str, list[str]] = {}
+def delta_expressions(
+    events: Sequence[str], *, timed: bool = False, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Counter column → aggregate over moved rows (queue, o, n[, b, us]); `extra`: more
+    columns' aggregates (a counter no state move stands for, as "deduplicated")."""
+    parts: dict[str, list[str]] = {c: [e] for c, e in (extra or {}).items()}
     gauges: set[str] = set()
     for event in events:
         sources, target, counters = TRANSITIONS[event]
@@ -69,14 +72,19 @@ def delta_expressions(events: Sequence[str], *, timed: bool = False) -> dict[str
 
 
 def counted(
-    source: str, events: Sequence[str], *, timed: bool = False, deferred: bool = False
+    source: str,
+    events: Sequence[str],
+    *,
+    timed: bool = False,
+    deferred: bool = False,
+    extra: Mapping[str, str] | None = None,
 ) -> str:
     """A CTE body moving the counters of the rows in `source`, grouped by queue.
 
     In queue order, so two statements that lock several queues' rows always lock them in the same
     order (no deadlock). `deferred` appends to the delta table instead (see CounterDelta).
     """
-    exprs = delta_expressions(events, timed=timed)
+    exprs = delta_expressions(events, timed=timed, extra=extra)
     columns = ", ".join(exprs)
     values = ", ".join(exprs.values())
     if deferred:

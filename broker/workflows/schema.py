@@ -106,6 +106,10 @@ OPERATIONS: dict[str, dict[str, Schema]] = {
             {
                 201: answer("Created: every step a task.", ref("WorkflowCreated")),
                 400: error_answer("A bad step or a cycle; `fields` names it (`steps.3.after.0`)."),
+                409: error_answer(
+                    "A step's unique key is held (outside, or by an earlier step); `fields` "
+                    "names it (`steps.3.job.unique`). Nothing created."
+                ),
             },
             requestBody=_body(ref("WorkflowRequest"), required=True),
         ),

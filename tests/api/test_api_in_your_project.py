@@ -102,7 +102,7 @@ def test_failure_in_a_view__json_500_not_the_projects_page(monkeypatch) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(queue, "enqueue", broken)
+    monkeypatch.setattr(queue, "enqueue_answer", broken)  # what POST /jobs calls
     client = Client(raise_request_exception=False)
     assert_json_error(post(client, "/queue/jobs", {"payload": {}}), 500)
 
@@ -111,7 +111,7 @@ def test_database_error__json_503(monkeypatch) -> None:
     def away(*args, **kwargs):
         raise DatabaseError("the database is away")
 
-    monkeypatch.setattr(queue, "enqueue", away)
+    monkeypatch.setattr(queue, "enqueue_answer", away)
     client = Client(raise_request_exception=False)
     assert_json_error(post(client, "/queue/jobs", {"payload": {}}), 503)
 

@@ -106,3 +106,26 @@ def test_sqs_standard_queue__send_as_before_receive_costs_the_same_for_2_or_10(
         assert (status, len(answer["Messages"])) == (200, most)
         costs.append(n)
     assert costs[0] + 1 == costs[1] == costs[2], costs
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "unique",
+    [
+        {"key": "k"},
+        {"key": "k", "on_conflict": "replace", "debounce_ms": 1000, "debounce_max_ms": 5000},
+        {"key": "k", "until": "period", "period_s": 60},
+    ],
+)
+@pytest.mark.parametrize("idempotency_key", [None, "i"])
+def test_unique_enqueue__one_statement_new_or_held(api_client, unique, idempotency_key) -> None:
+    """A unique enqueue is one round trip on PostgreSQL: new, answered by its holder (absorbing
+    it), or by the task keeping its idempotency key."""
+    for status in (201, 200):
+        body = {"payload": 1, "unique": unique, "idempotency_key": idempotency_key}
+        n, r = _count(lambda body=body: api_client.post("/jobs", body, format="json"))
+        assert (r.status_code, n) == (status, 1)
+        if idempotency_key:  # a retried post keeps its key: answered by that task
+            n, r = _count(lambda body=body: api_client.post("/jobs", body, format="json"))
+            assert (r.status_code, n) == (200, 1)
+            idempotency_key = "j"

@@ -59,6 +59,7 @@ def test_stats__after_each_kind_of_move__gauges_and_totals(api_client, enqueue, 
         "requeued": 0,
         "cancelled": 1,
         "released": 0,
+        "deduplicated": 0,
     }
     assert body["blocked"] == 0
     assert body["queues"]["a"] == {

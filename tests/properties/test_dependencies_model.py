@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 from broker import queue
 from broker.exceptions import InvalidTaskError, TaskNotHeld
 from broker.models import CounterDelta, Dependency, QueueCounter, Task, TaskError, Workflow
-from broker.queue import NewTask
+from broker.queue import NewTask, Unique
 from broker.states import State
 from tests.concurrency.conftest import in_thread
 from tests.conftest import _on_postgres
@@ -149,6 +149,41 @@ class Graph(RuleBasedStateMachine):
         if set(after) - node.satisfied:
             node.state = State.BLOCKED
         self.nodes[pk] = node
+
+    @rule(
+        data=st.data(),
+        key=st.integers(0, 1),
+        replace=st.booleans(),
+        debounce=st.sampled_from([None, 0]),
+    )
+    def enqueue_unique(
+        self, data: st.DataObject, key: int, replace: bool, debounce: int | None
+    ) -> None:
+        """A unique task of its own queue (a throttle: one task per key for ever here). The
+        second and later are answered by the first, blocked or not, which absorbs them (a
+        debounce of 0 keeps a blocked holder's delay at 0): nothing about its waiting changes."""
+        name = f"uq{key}"
+        holder = next((pk for pk, node in self.nodes.items() if node.queue == name), None)
+        known = sorted(pk for pk, node in self.nodes.items() if not node.raced)
+        after = (
+            data.draw(st.lists(st.sampled_from(known), unique=True, max_size=2)) if known else []
+        )
+        unique = Unique(f"k{key}", "period", 86_400, "replace" if replace else "skip", debounce)
+        spec = NewTask(payload=json.dumps(name), queue=name, after=tuple(after),
+                       after_policy="finished", unique=unique)  # fmt: skip
+        done = queue.enqueue_answer(spec)
+        if holder is not None:
+            assert (done.pk, done.created, done.deduplicated) == (holder, False, True)
+            return
+        assert done.created
+        node = Node(queue=name, state=State.READY, policy="finished" if after else None)
+        node.parents = list(after)
+        for p in after:
+            if self.nodes[p].state in (State.DONE, State.DEAD, State.CANCELLED):
+                node.satisfied.add(p)
+        if set(after) - node.satisfied:
+            node.state = State.BLOCKED
+        self.nodes[done.pk] = node
 
     @precondition(lambda self: self._in(State.READY))
     @rule(data=st.data(), outcome=st.sampled_from(["ack", "nack"]))

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 from broker import queue
 from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound, TaskNotHeld
 from broker.models import CounterDelta, QueueCounter, Task, TaskError
-from broker.queue import NewTask
+from broker.queue import NewTask, Unique
 from broker.states import COUNTERS, GAUGE_STATES, State
 from tests.properties.depth import DEPTHS, machine_settings
 
@@ -52,6 +52,8 @@ class Model:
     lease: str | None = None
     old_leases: list[str] = field(default_factory=list)
     errors: int = 0
+    unique_key: str | None = None
+    claimed: bool = False  # ever handed out: a unique holder no request may change
 
 
 class TaskMachine(RuleBasedStateMachine):
@@ -88,14 +90,48 @@ class TaskMachine(RuleBasedStateMachine):
         t.errors += 1
 
     def _new(self, pk: int, spec: NewTask) -> None:
+        debounce = spec.unique.debounce_ms if spec.unique is not None else None
         self.tasks[pk] = Model(
-            state=State.DELAYED if spec.delay_ms else State.READY,
+            state=State.DELAYED if (spec.delay_ms or debounce) else State.READY,
             queue=spec.queue,
             priority=spec.priority,
             max_attempts=spec.max_attempts,
             available_at=self._available_at(pk),
+            unique_key=spec.unique.key if spec.unique is not None else None,
         )
         self.counters["enqueued"] += 1
+
+    def _holder(self, spec: NewTask) -> int | None:
+        """The model's holder of spec's unique key: the oldest task that holds it by `until`
+        (time stands still here, so "period" is: any task of the key)."""
+        asked = spec.unique
+        assert asked is not None
+        holding = {
+            "finished": (State.BLOCKED, State.DELAYED, State.READY, State.HANDED_OUT),
+            "started": (State.BLOCKED, State.DELAYED, State.READY),
+        }
+        for pk in sorted(self.tasks):
+            t = self.tasks[pk]
+            if t.queue == spec.queue and t.unique_key == asked.key:
+                if asked.until == "period" or t.state in holding[asked.until]:
+                    return pk
+        return None
+
+    def _absorbed(self, pk: int, spec: NewTask) -> bool:
+        """A holder answered spec: what it must have done to a pending holder; whether it
+        replaced."""
+        asked = spec.unique
+        assert asked is not None
+        self.counters["deduplicated"] += 1
+        t = self.tasks[pk]
+        if t.claimed or t.state not in (State.READY, State.DELAYED, State.BLOCKED):
+            return False
+        if asked.on_conflict == "replace":
+            t.priority, t.max_attempts = spec.priority, spec.max_attempts
+        if asked.debounce_ms is not None and t.state != State.BLOCKED:
+            t.state = State.DELAYED if asked.debounce_ms else State.READY
+        t.available_at = self._available_at(pk)
+        return asked.on_conflict == "replace"
 
     # -- rules --------------------------------------------------------------------------------
 
@@ -121,6 +157,49 @@ class TaskMachine(RuleBasedStateMachine):
         for pk, spec in zip(pks, specs, strict=True):
             self._new(pk, spec)
 
+    uniques = st.builds(
+        Unique,
+        key=st.sampled_from(["k1", "k2"]),
+        until=st.sampled_from(["finished", "started", "period"]),
+        on_conflict=st.sampled_from(["skip", "replace"]),
+        debounce_ms=st.sampled_from([None, None, 0, HOUR_MS]),
+    ).map(lambda u: Unique(u.key, u.until, 7200 if u.until == "period" else None,
+                           u.on_conflict, u.debounce_ms))  # fmt: skip
+    unique_specs = st.builds(
+        NewTask,
+        payload=st.integers(0, 9).map(lambda n: json.dumps({"n": n})),
+        max_attempts=st.integers(1, 2),
+        queue=st.sampled_from(QUEUES),
+        priority=st.integers(0, 2),
+        unique=uniques,
+    )
+
+    @rule(spec=unique_specs)
+    def enqueue_unique(self, spec: NewTask) -> None:
+        holder = self._holder(spec)
+        done = queue.enqueue_answer(spec)
+        if holder is None:
+            assert done.created and done.pk not in self.tasks
+            self._new(done.pk, spec)
+            return
+        assert (done.pk, done.created, done.deduplicated) == (holder, False, True)
+        assert done.replaced == self._absorbed(holder, spec)
+
+    @rule(specs=st.lists(unique_specs | specs, min_size=1, max_size=5))
+    def enqueue_batch_unique(self, specs: list[NewTask]) -> None:
+        holders = []
+        pks, deduplicated = queue.enqueue_batch(specs)
+        for pk, spec in zip(pks, specs, strict=True):
+            holder = self._holder(spec) if spec.unique is not None else None
+            holders.append(holder)
+            if holder is None:
+                assert pk not in self.tasks
+                self._new(pk, spec)
+            else:
+                assert pk == holder
+                self._absorbed(holder, spec)
+        assert deduplicated == [n for n, h in enumerate(holders) if h is not None]
+
     @rule(limit=st.integers(1, 3), queues=st.sampled_from([None, ["a"], ["b"], ["a", "b"]]))
     def claim(self, limit: int, queues: list[str] | None) -> None:
         candidates = [
@@ -133,6 +212,7 @@ class TaskMachine(RuleBasedStateMachine):
         for d in got:
             t = self.tasks[d.task.pk]
             t.state, t.attempts, t.lease = State.HANDED_OUT, t.attempts + 1, d.lease_id
+            t.claimed = True
             assert d.task.attempts == t.attempts
         self.counters["delivered"] += len(got)
 
@@ -285,13 +365,14 @@ class TaskMachine(RuleBasedStateMachine):
     def each_task_in_exactly_its_modelled_state(self) -> None:
         rows = list(
             Task.objects.values_list(
-                "pk", "state", "attempts", "max_attempts", "lease_id", "lease_deadline"
+                "pk", "state", "attempts", "max_attempts", "lease_id", "lease_deadline", "priority"
             )
         )
         assert sorted(r[0] for r in rows) == sorted(self.tasks)  # one row each, none extra
-        for pk, state, attempts, max_attempts, lease_id, deadline in rows:
+        for pk, state, attempts, max_attempts, lease_id, deadline, priority in rows:
             t = self.tasks[pk]
             assert (state, attempts, lease_id) == (t.state, t.attempts, t.lease), pk
+            assert (priority, max_attempts) == (t.priority, t.max_attempts), pk
             assert attempts <= max_attempts
             assert (deadline is not None) == (state == State.HANDED_OUT)
         errors = Counter(TaskError.objects.values_list("task_id", flat=True))

@@ -186,3 +186,16 @@ def test_schedules_command__none(clock: Clock) -> None:
     out = StringIO()
     call_command("schedules", stdout=out)
     assert out.getvalue().strip() == "no schedules"
+
+
+def test_fire__unique_job__a_due_time_while_the_last_task_waits_makes_none(clock: Clock) -> None:
+    make(name="u", every_s=60, job={"payload": 1, "unique": {"key": "report"}})
+    make(name="v", every_s=60, job={"payload": 2, "unique": {"key": "report"}})  # a twin
+    clock.advance(seconds=60)
+    assert schedules.fire_due() == 2
+    (task,) = Task.objects.all()
+    clock.advance(seconds=60)
+    assert schedules.fire_due() == 2
+    assert list(Task.objects.values_list("pk", flat=True)) == [task.pk]
+    assert set(Schedule.objects.values_list("last_task_id", flat=True)) == {task.pk}
+    assert Task.objects.get().unique_key == "report"

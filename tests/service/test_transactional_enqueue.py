@@ -220,3 +220,22 @@ def test_enqueue__uncommitted__invisible_to_other_claimers() -> None:
 
     assert seen == [[]]
     assert [d.task.pk for d in after] == [int(task_id)]
+
+
+def test_enqueue__unique__holder_id_in_the_transaction_and_rolled_back_with_it() -> None:
+    with transaction.atomic():
+        first = broker.enqueue({"doc": 1}, unique={"key": "doc-1", "debounce_ms": 1000})
+        again = broker.enqueue({"doc": 2}, unique={"key": "doc-1", "on_conflict": "replace"})
+        assert again == first
+    assert json.loads(Task.objects.get(pk=int(first)).payload) == {"doc": 2}
+    assert (queue.totals()["enqueued"], queue.totals()["deduplicated"]) == (1, 1)
+    with pytest.raises(RollbackError), transaction.atomic():
+        assert broker.enqueue({"doc": 3}, unique={"key": "doc-1"}) == first
+        raise RollbackError
+    assert queue.totals()["deduplicated"] == 1
+
+
+def test_enqueue__unique_bad__invalid_task_error_naming_it() -> None:
+    with pytest.raises(broker.InvalidTaskError) as caught:
+        broker.enqueue({"doc": 1}, unique={"key": "k", "until": "period"})
+    assert list(caught.value.fields) == ["unique.period_s"]

@@ -32,6 +32,20 @@ field_values = {
     "type": st.none() | st.sampled_from(["sleep_job", "nope"]),
     "idempotency_key": st.none() | st.text(max_size=260) | st.integers(),
     "max_attempt": st.integers(),
+    "unique": st.none()
+    | st.text(max_size=3)
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "key": st.text(max_size=260) | st.integers() | st.none(),
+            "until": st.sampled_from(["finished", "started", "period", "never", ""]) | st.none(),
+            "period_s": st.integers(-1, 604_801) | st.none() | st.floats(0, 5) | st.booleans(),
+            "on_conflict": st.sampled_from(["skip", "replace", "merge"]) | st.none(),
+            "debounce_ms": st.integers(-1, 7 * 86_400_000 + 1) | st.none() | st.text(max_size=2),
+            "debounce_max_ms": st.integers(-1, 30 * 86_400_000 + 1) | st.none(),
+            "kee": st.integers(),
+        },
+    ),
 }
 bodies = st.fixed_dictionaries({}, optional=field_values) | json_values
 
@@ -69,6 +83,18 @@ def test_new_task__takes_what_the_serializer_takes_refuses_what_it_refuses(body)
         {"payload": 1},
         {"payload": None, "max_attempts": 100, "delay_ms": 0, "queue": "q", "priority": "low"},
         {"payload": {"a": [1, "\u0000"]}, "idempotency_key": "k ", "type": None},
+        {"payload": 1, "unique": {"key": "k"}},
+        {
+            "payload": 1,
+            "unique": {
+                "key": "k",
+                "until": "period",
+                "period_s": 60,
+                "on_conflict": "replace",
+                "debounce_ms": 0,
+                "debounce_max_ms": 1,
+            },
+        },
     ],
 )
 def test_quick_new_task__plain_bodies__taken_fast(body) -> None:

@@ -60,6 +60,8 @@ def test_transition__keeps_nacked_plus_reclaimed_equal_retried_plus_buried(event
         ("enqueue_blocked", set(), "blocked"),
         ("unblock", {"blocked"}, "ready"),
         ("unblock_delayed", {"blocked"}, "delayed"),
+        ("debounce", {"ready", "delayed"}, "delayed"),
+        ("debounce_ready", {"ready", "delayed"}, "ready"),
     ],
 )
 def test_transition__matches_the_contract_diagram(

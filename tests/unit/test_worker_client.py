@@ -313,6 +313,19 @@ def test_client__enqueue_with_a_task_key__sent_as_is_beside_an_idempotency_key(
     assert len({b["idempotency_key"] for b in bodies}) == 3
 
 
+def test_client__enqueue_unique__sent_as_is__holder_answer_returned(
+    http_broker: FakeServer, make_client: MakeClient
+) -> None:
+    held = {"id": "t9", "deduplicated": True, "replaced": True}
+    http_broker.script("POST", "/jobs", Reply(200, held))
+    client = make_client(http_broker.url)
+    unique = {"key": "doc-42", "on_conflict": "replace", "debounce_ms": 2000}
+
+    assert client.enqueue({"payload": 1, "unique": unique}) == (200, held)
+    (seen,) = http_broker.requests_to("POST", "/jobs")
+    assert seen.body["unique"] == unique
+
+
 @pytest.mark.parametrize("given", [{}, {"idempotency_key": None}])
 def test_client__enqueue_503_then_200__retried_under_one_key_of_its_own(
     http_broker: FakeServer, make_client: MakeClient, given: dict[str, Any]

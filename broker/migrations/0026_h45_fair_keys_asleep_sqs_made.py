@@ -24,7 +24,7 @@ def sqs_made_before(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('broker', '0024_i43_tokens'),
+        ('broker', '0025_i41_unique_tasks'),
     ]
 
     operations = [
