@@ -14,7 +14,7 @@ import pytest
 from django.db import connection, transaction
 
 from broker import queue, queues
-from broker.models import KeyState
+from broker.models import KeyState, Task
 from broker.queue import NewTask, keyclaims, keys
 from tests.concurrency.conftest import in_thread
 from tests.conftest import Clock
@@ -199,3 +199,21 @@ def explain_buffers(name: str) -> int:
         (plan,) = cursor.fetchone()
     top = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
     return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+def test_sleep__a_delayed_unique_holder_debounced_sooner__its_key_stays_awake() -> None:
+    """A debounce brings a pending unique task's time forward without touching its key's row:
+    such a key is not put to sleep, and the task is handed out when it is due."""
+    from broker.queue.base import Unique
+
+    queues.update("f", {"fair": True})
+    later = Unique(key="u", debounce_ms=3_600_000)
+    (holder,) = queue.enqueue_many([NewTask(payload="1", queue="f", key="a", unique=later)])
+    assert Task.objects.get(pk=holder).state == "delayed"
+    assert keys.sleep() == 0
+    assert KeyState.objects.get(key="a").asleep_until is None
+    # The same unique key again, debounced 0 ms: the holder's time is now, ready at once.
+    now = Unique(key="u", debounce_ms=0)
+    queue.enqueue_many([NewTask(payload="2", queue="f", key="a", unique=now)])
+    queue.promote_delayed()
+    assert [d.task.pk for d in queue.claim(["f"], 60_000)] == [holder]
