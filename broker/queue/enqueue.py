@@ -340,6 +340,7 @@ class _Row:
     idempotency_key: str | None
     backoff: bool
     key: str | None
+    enqueued_by: str | None
     unique_key: str | None
     created_at: datetime
     updated_at: datetime
@@ -487,6 +488,7 @@ def _write_batch_pg(plan: _Plan, in_caller_transaction: bool) -> None:
             idem=[r.idempotency_key for r in rows],
             unique_key=[r.unique_key for r in rows],
             absorbed=[r.absorbed for r in rows],
+            enqueued_by=[r.enqueued_by for r in rows],
         )
     debounce = _absorb_params(plan, params) if plan.answered else False
     if not rows and not plan.answered:

@@ -462,3 +462,29 @@ def test_database_away__known_tokens_still_checked__unknown_state_raises(
         auth._cache.generation = None
     with pytest.raises(OperationalError):
         auth.closed()
+
+
+def test_unique_enqueues__single_and_batch__show_their_token(tenants: dict[str, str]) -> None:
+    """Unique enqueues take their own statements (broker.queue.unique): the token's name goes
+    into them too."""
+    a = tenants["a"]
+    one = enqueue(a, "tenant-a.x", unique={"key": "doc-1"})
+    held = call(
+        "post", "/jobs", a, {"payload": 2, "queue": "tenant-a.x", "unique": {"key": "doc-1"}}
+    )
+    assert (held.status_code, held.json()) == (200, {"id": one, "deduplicated": True})
+    batch = call(
+        "post",
+        "/jobs/batch",
+        a,
+        {
+            "jobs": [
+                {"payload": n, "queue": "tenant-a.x", "unique": {"key": f"doc-{n}"}}
+                for n in (2, 2, 3)
+            ]
+        },
+    )
+    assert batch.status_code == 201, batch.content
+    assert batch.json()["deduplicated"] == [1]
+    for pk in {one, *batch.json()["ids"]}:
+        assert call("get", f"/jobs/{pk}", a).json()["enqueued_by"] == "tenant-a"
