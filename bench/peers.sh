@@ -2,7 +2,8 @@
 # make bench-peers: our broker and the peers (Celery, PGQueuer, Procrastinate) measured by the
 # shared harness (../shared/peers-bench) in one run on this machine, so the ratios compare.
 # ONLY=regex picks peers (default: the goals' peers: Celery prefork and threads, PGQueuer);
-# ROUNDS=3; BENCH_N=5000.
+# ROUNDS=3; BENCH_N=5000. TOKEN=1: every request of the broker's clients (runworker included)
+# carries a database access token with every grant (docs/tenants.md), the API closed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,6 +18,10 @@ createdb -h 127.0.0.1 -U postgres "$DB"
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB DEBUG=False ALLOWED_HOSTS=127.0.0.1 \
        SECRET_KEY=bench-only LOG_LEVEL=WARNING
 .venv/bin/python manage.py migrate --noinput -v0
+if [ "${TOKEN:-0}" = 1 ]; then
+  secret=$(.venv/bin/python manage.py createtoken bench --grant all:'*' 2>/dev/null)
+  export BENCH_BROKER_TOKEN=$secret BROKER_API_TOKEN=$secret
+fi
 PORT=${BENCH_PORT:-8100}
 .venv/bin/gunicorn -b 127.0.0.1:$PORT & WEB=$!
 .venv/bin/python manage.py runsweeper & SWEEPER=$!

@@ -155,11 +155,14 @@ def prune(now: datetime | None = None) -> int:
     return deleted
 
 
-def workers_seen(queue_name: str, now: datetime | None = None) -> bool:
+def workers_seen(queue_name: str, now: datetime | None = None, *, every: bool = True) -> bool:
     """Whether a claim request that could take from `queue_name` came within WORKERS_SEEN_S:
     one naming it, one of every queue, or an access token's naming none, noted as its grants'
-    patterns (`tenant-a.*`: a wildcard, so never a queue's name)."""
+    patterns (`tenant-a.*`: a wildcard, so never a queue's name). every=False: a queue that
+    claims naming no queue leave alone (SQS's CreateQueue made it): only one naming it."""
     since = (now or current_time()) - timedelta(seconds=WORKERS_SEEN_S)
+    if not every:
+        return ClaimScope.objects.filter(scope=queue_name, seen_at__gte=since).exists()
     scopes = ClaimScope.objects.filter(
         Q(scope__in=[queue_name, EVERY_QUEUE]) | Q(scope__contains="*") | Q(scope__contains="?"),
         seen_at__gte=since,

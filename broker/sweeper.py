@@ -103,11 +103,13 @@ def _fire(due_by: datetime, for_s: float | None) -> int:
 
 def _housekeeping(batch: int, record_now: bool) -> int:
     """What only keeps the tables small, and history: finished tasks past retention (how many
-    went), claim notes, idle keys, expired deduplication ids, the SQS extras of tasks gone,
+    went), claim notes, idle keys (and the keys with nothing to claim put to sleep: a fair
+    claim walks only the others), expired deduplication ids, the SQS extras of tasks gone,
     lapsed reclaim holds."""
     pruned = prune(batch)
     claimers.prune()
     keys.prune()
+    keys.sleep()
     for _ in range(PRUNE_BATCHES_PER_SWEEP):
         if dedup.prune(batch) < batch:
             break

@@ -124,7 +124,7 @@ def _held(
                 "detail": f"The queue {queue_name!r} hands out at most "
                 f"{counted(settings.rate_per_s, 'task')} a second, and has just done so.",
             }
-    if not workers_seen(queue_name):
+    if not workers_seen(queue_name, every=settings is None or not settings.made_by_sqs):
         return {"reason": "no_workers",
                 "detail": f"No claim request that could take from {queue_name!r} came in the "
                           f"last {WORKERS_SEEN_S} s."}  # fmt: skip

@@ -28,6 +28,10 @@ class Queue(models.Model):
     fair = models.BooleanField(default=False, db_default=False)
     key_max_in_flight = models.PositiveIntegerField("key max in flight", null=True, blank=True)
     ordered = models.BooleanField(default=False, db_default=False)
+    # Made by SQS's CreateQueue (not a broker queue SQS only looked up): a claim that names no
+    # queue leaves its messages to ReceiveMessage and to claims naming it. On this row, so the
+    # one-statement claim's gate reads it in the scan it makes anyway.
+    made_by_sqs = models.BooleanField(default=False, db_default=False, editable=False)
     # The rate limiter's token bucket, moved only by a claim holding this row's lock.
     tokens = models.FloatField(default=0)
     refilled_at = models.DateTimeField(null=True, blank=True)
@@ -35,9 +39,16 @@ class Queue(models.Model):
 
     class Meta:
         ordering = ["name"]
-        # Every claim asks whether a restricted queue is in its scope (broker.queue.sql): one
-        # probe of this index, however many plain rows admin made for the queues it lists.
-        indexes = [models.Index(fields=["name"], condition=RESTRICTED, name="queue_restricted_idx")]
+        # Every claim asks whether a restricted queue is in its scope (broker.queue.sql), and a
+        # claim naming no queue whether SQS made one: one probe of this index, however many
+        # plain rows admin made for the queues it lists.
+        indexes = [
+            models.Index(
+                fields=["name"],
+                condition=RESTRICTED | Q(made_by_sqs=True),
+                name="queue_restricted_idx",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -69,10 +80,26 @@ class KeyState(models.Model):
     key = models.CharField(max_length=128)
     served_at = models.DateTimeField()
     tail = models.BigIntegerField(null=True, blank=True)
+    # Set by the sweeper (broker.queue.keys.sleep) on a key with nothing claimable and nothing
+    # that can become so but its delayed tasks: until the first of them is due (the year 9999:
+    # it has no live task). A fair claim's rounds walk only the keys awake; the enqueue of a task
+    # of the key (or a requeue) wakes it, and so does the first fair claim after that time.
+    asleep_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "key"], name="keystate_queue_key")]
-        indexes = [models.Index(fields=["queue", "served_at", "key"], name="keystate_served_idx")]
+        indexes = [
+            models.Index(
+                fields=["queue", "served_at", "key"],
+                condition=Q(asleep_until__isnull=True),
+                name="keystate_awake_idx",
+            ),
+            models.Index(
+                fields=["queue", "asleep_until"],
+                condition=Q(asleep_until__isnull=False),
+                name="keystate_asleep_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"key {self.key!r} of {self.queue}"

@@ -145,11 +145,13 @@ class Task(models.Model):
                 condition=Q(state="ready", key_wait=False),
                 name="task_claim_queue_idx",
             ),
-            # A fair claim: each key's claimable tasks in claim order (keyless ones as key "").
+            # A fair claim: each key's claimable tasks of a priority in claim order (keyless ones
+            # as key ""), and whether keys other than the full ones have tasks of a priority (a
+            # probe per range of keys between two full keys: broker.queue.keyclaims).
             models.Index(
                 "queue",
-                Coalesce("key", Value("")),
                 "priority",
+                Coalesce("key", Value("")),
                 "available_at",
                 "id",
                 condition=Q(state="ready", key_wait=False),

@@ -20,7 +20,7 @@ no live task.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
@@ -42,7 +42,8 @@ SERVED_KEEP = timedelta(minutes=10)
 UNFINISHED = (State.READY, State.HANDED_OUT, State.DELAYED, State.BLOCKED)
 _UPSERT = (
     'INSERT INTO "broker_keystate" ("queue", "key", "served_at") VALUES {rows}'
-    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at"'
+    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at",'
+    ' "asleep_until" = NULL'  # a key asleep has a task now: woken (see sleep)
     ' RETURNING "queue", "key", "tail"'
 )
 # Whether a queue is ordered is read by each keyed enqueue (and requeue), and turning `ordered`
@@ -59,7 +60,8 @@ _LOCKED_UPSERT = (
     " AS n FROM (SELECT DISTINCT unnest(%s::text[]) AS g ORDER BY 1) AS o)"
     ' INSERT INTO "broker_keystate" ("queue", "key", "served_at")'
     " SELECT v.q, v.k, v.s FROM (VALUES {rows}) AS v(q, k, s) CROSS JOIN switch"
-    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at"'
+    ' ON CONFLICT ("queue", "key") DO UPDATE SET "served_at" = "broker_keystate"."served_at",'
+    ' "asleep_until" = NULL'  # as _UPSERT's
     ' RETURNING "queue", "key", "tail"'
 )
 
@@ -253,7 +255,56 @@ def unorder(queue: str) -> int:
     return freed
 
 
+# "For ever" as a time Python reads (PostgreSQL's 'infinity' is no datetime).
+NEVER = datetime(9999, 1, 1, tzinfo=UTC)
 _prune_after = 0  # the KeyState id the sweeper's next prune starts after (per process)
+_sleep_after = 0  # and its next sleep
+
+# Keys with nothing claimable and nothing that can become so but their delayed tasks (none
+# ready, handed out or blocked) sleep until the first of those is due, or for ever (NEVER)
+# without any: a fair claim's rounds walk only the keys awake (keystate_awake_idx), so keys
+# parked for days, or served and idle for SERVED_KEEP, cost its walk nothing. Only an enqueue
+# or a requeue gives such a key a claimable task before then, and both upsert its row (hold),
+# which wakes it: the xmin guard skips a row upserted since this statement's snapshot (it waits
+# for that writer, then sees a new row version), so a key is never put to sleep over a task it
+# was given meanwhile. A delayed task is promoted at its time or later; the first fair claim
+# after that time wakes the key (keyclaims.PREPARE). The keyless key "" never sleeps, nor a key
+# with a pending unique task (broker.queue.unique): a debounce may bring its time forward.
+_SLEEP = (
+    "WITH walked AS (SELECT id, queue, key, xmin AS seen FROM broker_keystate"
+    " WHERE id > %(after)s AND asleep_until IS NULL AND key <> '' ORDER BY id LIMIT %(limit)s),"
+    " idle AS (SELECT w.id, w.seen, (SELECT min(t.available_at) FROM broker_task t"
+    " WHERE t.queue = w.queue AND t.key = w.key AND t.state = 'delayed') AS due FROM walked w"
+    " WHERE NOT EXISTS (SELECT 1 FROM broker_task t WHERE t.queue = w.queue AND t.key = w.key"
+    " AND (t.state IN ('ready', 'handed_out', 'blocked')"
+    " OR (t.unique_key IS NOT NULL AND t.claimed_at IS NULL)))),"
+    " slept AS (UPDATE broker_keystate k SET asleep_until = coalesce(i.due, %(never)s)"
+    " FROM idle i WHERE k.id = i.id AND k.xmin = i.seen AND k.asleep_until IS NULL RETURNING 1)"
+    " SELECT (SELECT max(id) FROM walked), (SELECT count(*) FROM walked),"
+    " (SELECT count(*) FROM slept)"
+)
+
+
+def sleep(limit: int = 1000, batches: int = 5) -> int:
+    """Put to sleep the keys with nothing claimable that only a due time, an enqueue or a
+    requeue can wake (see _SLEEP): up to `batches` statements of `limit` awake rows, walked by
+    id, round and round (the sweeper, beside prune: 5,000 keys a tick, so a burst of 10,000
+    idle keys sleeps within a few seconds, and a queue whose keys all have work costs a few
+    milliseconds a tick). PostgreSQL only: SQLite's fair claims walk every key anyway.
+    Returns how many went to sleep."""
+    global _sleep_after
+    if connection.vendor != "postgresql":
+        return 0
+    total = 0
+    with connection.cursor() as cursor:
+        for _ in range(batches):
+            cursor.execute(_SLEEP, {"after": _sleep_after, "limit": limit, "never": NEVER})
+            last, walked, slept = cursor.fetchone()
+            _sleep_after = last if walked == limit else 0
+            total += slept
+            if walked < limit:
+                break  # round the table: the next tick starts again
+    return int(total)
 
 
 def prune(limit: int = 500) -> int:

@@ -17,7 +17,7 @@ from django.db.models import F
 
 from broker import observe
 from broker.exceptions import BrokerError, LeaseMismatch, TaskNotHeld
-from broker.models import Task
+from broker.models import Queue, Task
 from broker.queue import counters, dependencies, keys, restricted, sizing, sql
 from broker.queue.base import (
     ClaimedTask,
@@ -128,12 +128,15 @@ def _claim_pg_matching(
 
 
 def _matching(patterns: QueuePatterns) -> list[str]:
-    """The queues with claimable tasks whose names match `patterns`."""
+    """The queues with claimable tasks whose names match `patterns`, but those SQS's CreateQueue
+    made (a claim naming no queue leaves them alone)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(sql.READY_QUEUES_MATCHING, {"regexes": list(patterns.regexes)})
             return [row[0] for row in cursor.fetchall()]
-    names = Task.objects.filter(state=State.READY, key_wait=False).values_list("queue", flat=True)
+    ready = Task.objects.filter(state=State.READY, key_wait=False)
+    ready = ready.exclude(queue__in=Queue.objects.filter(made_by_sqs=True).values("name"))
+    names = ready.values_list("queue", flat=True)
     return sorted(q for q in set(names) if any(fnmatchcase(q, g) for g in patterns.globs))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -168,8 +168,9 @@ def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Gr
         statement = sql.RESTRICTED_IN_EVERY if every else sql.RESTRICTED_IN
         cursor.execute(statement, {"every": every, "scope": hand.queues or []})
         rows = cursor.fetchall()
-        restricted = [(name, paused) for name, paused, _ in rows if name is not None]
-        _remember(hand.queues, bool(restricted))
+        restricted = [(name, paused) for name, paused, _, sqs in rows if name and not sqs]
+        # A queue SQS made holds the gate of a claim naming none: remembered as restricted too.
+        _remember(hand.queues, rows[0][0] is not None)
         if not rows[0][2]:
             return [], [], set()  # nothing claimable in the scope: nothing to lock or pick
         limited = [name for name, paused in restricted if not paused]
@@ -189,47 +190,99 @@ def _claim_pg(hand: Hand, *, wait: bool) -> tuple[list[tuple[Any, ...]], list[Gr
                 in_flight = {name: int(n) for _, name, n in flights}
                 grants = [grant(row[:5], in_flight[row[0]], at, hand.limit) for row in rows]
 
-        def hand_out(ids: list[int]) -> list[tuple[Any, ...]]:
-            cursor.execute(sql.CLAIM_IDS, {**hand.params(), "ids": ids})
-            return cursor.fetchall()
-
-        found = _claim_keyed(hand, [g for g in grants if g.name in keyed], keyed, hand_out)
         allowed = [g for g in grants if g.most > 0 and g.name not in keyed]
-        if len(found) < hand.limit:
-            # A keyed queue is restricted, so this takes from it only what _claim_keyed did.
-            params = {
-                **hand.params(), "limit": hand.limit - len(found), "scope": hand.queues,
-                "names": [g.name for g in allowed], "lims": [g.most for g in allowed],
-            }  # fmt: skip
+        params = {
+            **hand.params(), "scope": hand.queues,
+            "names": [g.name for g in allowed], "lims": [g.most for g in allowed],
+        }  # fmt: skip
+        if keyed:
+            found = _claim_keyed_pg(cursor, hand, grants, keyed, params)
+        else:
             cursor.execute(sql.CLAIM_ALLOWED_EVERY if every else sql.CLAIM_ALLOWED, params)
-            found += cursor.fetchall()
+            found = cursor.fetchall()
         _spend(cursor, grants, found, at)
         sizing.check(found)  # an answer past its size: rolled back, taken again for fewer
     return found, grants, skipped
 
 
-def _claim_keyed(
+# A task a claim may take, as a merge orders them: (priority, available_at, id, queue).
+Candidate = tuple[int, datetime, int, str]
+
+
+def _picks(
+    hand: Hand, grants: list[Grant], keyed: dict[str, tuple[bool, int | None]]
+) -> dict[str, list[keyclaims.Picked]]:
+    """Each fair or key-capped queue's next tasks (their rows locked), as broker.queue.keyclaims
+    picks them: at most what its grant allows, and at most the claim's limit."""
+    picks = {}
+    for g in grants:
+        if g.name in keyed and g.most > 0:
+            fair, key_max = keyed[g.name]
+            picks[g.name] = keyclaims.pick(
+                g.name, min(g.most, hand.limit), fair=fair, key_max=key_max
+            )
+    return picks
+
+
+def merge(streams: Sequence[Sequence[Candidate]], limit: int) -> list[Candidate]:
+    """A claim over several queues as `limit` single claims in a row: each takes the best of
+    the queues' next tasks (priority, then oldest available_at, then id; API.md), each queue's
+    own order (fair, limits) kept within it."""
+    heads = [0] * len(streams)
+    out: list[Candidate] = []
+    while len(out) < limit:
+        best = None
+        for i, stream in enumerate(streams):
+            if heads[i] < len(stream) and (
+                best is None or stream[heads[i]] < streams[best][heads[best]]
+            ):
+                best = i
+        if best is None:
+            break
+        out.append(streams[best][heads[best]])
+        heads[best] += 1
+    return out
+
+
+def _keyed_streams(picks: dict[str, list[keyclaims.Picked]]) -> list[list[Candidate]]:
+    return [[(p.priority, p.available_at, p.pk, name) for p in picked]
+            for name, picked in picks.items()]  # fmt: skip
+
+
+def _served(
+    picks: dict[str, list[keyclaims.Picked]],
+    keyed: dict[str, tuple[bool, int | None]],
+    taken: set[int],
+) -> None:
+    """The keys of the fair queues' tasks taken, in the order each queue's pick took them."""
+    for name, picked in picks.items():
+        keys = [p.key for p in picked if p.pk in taken]
+        if keyed[name][0] and keys:
+            keyclaims.served(name, keys)
+
+
+def _claim_keyed_pg(
+    cursor: Any,
     hand: Hand,
     grants: list[Grant],
     keyed: dict[str, tuple[bool, int | None]],
-    hand_out: Callable[[list[int]], list[tuple[Any, ...]]],
+    params: dict[str, Any],
 ) -> list[tuple[Any, ...]]:
-    """Claim from the fair or key-limited queues among `grants` (their rows locked), each as
-    broker.queue.keyclaims picks, `hand_out` handing the picked ids out (the database's way);
-    the keys served move on."""
-    found: list[tuple[Any, ...]] = []
-    for g in grants:
-        most = min(g.most, hand.limit - len(found))
-        fair, key_max = keyed[g.name]
-        picked = keyclaims.pick(g.name, most, fair=fair, key_max=key_max)
-        if not picked:
-            continue
-        order = {pk: i for i, (pk, _) in enumerate(picked)}
-        claimed = sorted(hand_out(list(order)), key=lambda row: order[row[0]])  # as picked
-        found += claimed
-        if fair:
-            taken = {row[0] for row in claimed}
-            keyclaims.served(g.name, [key for pk, key in picked if pk in taken])
+    """Claim from a scope with fair or key-capped queues (their rows locked): their picks and
+    the best of the other queues (locked, not handed out yet) merged in claim order, then the
+    chosen handed out in one statement; the keys served move on."""
+    picks = _picks(hand, grants, keyed)
+    streams = _keyed_streams(picks)
+    if hand.queues is None or set(hand.queues) - set(keyed):
+        cursor.execute(sql.PICK_ALLOWED if hand.queues else sql.PICK_ALLOWED_EVERY, params)
+        streams.append([(pr, at, pk, name) for pk, name, pr, at in cursor.fetchall()])
+    chosen = merge(streams, hand.limit)
+    if not chosen:
+        return []
+    order = {pk: i for i, (_, _, pk, _) in enumerate(chosen)}
+    cursor.execute(sql.CLAIM_IDS, {**hand.params(), "ids": list(order)})
+    found = sorted(cursor.fetchall(), key=lambda row: order[row[0]])  # as merged
+    _served(picks, keyed, {row[0] for row in found})
     return found
 
 
@@ -253,6 +306,8 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
         scope = Queue.objects.filter(RESTRICTED)
         if hand.queues:
             scope = scope.filter(name__in=hand.queues)
+        else:
+            scope = scope.exclude(made_by_sqs=True)
         rows = list(
             scope.values_list(
                 "name", "paused", "max_in_flight", "rate_per_s", "tokens", "refilled_at",
@@ -272,18 +327,18 @@ def _claim_generic(hand: Hand) -> tuple[list[tuple[Any, ...]], float | None]:
         ]
         keyed = {row[0]: (row[6], row[7]) for row in limited if row[6] or row[7] is not None}
 
-        def hand_out(ids: list[int]) -> list[tuple[Any, ...]]:
-            order = {pk: i for i, pk in enumerate(ids)}
-            rows_of = sorted(
-                Task.objects.filter(pk__in=ids).values_list(*sql.CLAIM_COLUMNS),
-                key=lambda row: order[row[0]],
-            )
-            return hand_out_generic(hand, rows_of)
-
-        claimed = _claim_keyed(hand, [g for g in grants if g.name in keyed], keyed, hand_out)
+        picks = _picks(hand, grants, keyed)
+        streams = _keyed_streams(picks)
         others = [g for g in grants if g.name not in keyed]
-        found = _pick_generic(hand, [row[0] for row in rows], others, hand.limit - len(claimed))
-        claimed += hand_out_generic(hand, found)
+        plain = {
+            row[0]: row for row in _pick_generic(hand, [row[0] for row in rows], others, hand.limit)
+        }
+        streams.append([(row[5], row[8], pk, row[4]) for pk, row in plain.items()])
+        chosen = [pk for _, _, pk, _ in merge(streams, hand.limit)]
+        of_keyed = Task.objects.filter(pk__in=[pk for pk in chosen if pk not in plain])
+        plain.update((row[0], row) for row in of_keyed.values_list(*sql.CLAIM_COLUMNS))
+        claimed = hand_out_generic(hand, [plain[pk] for pk in chosen])
+        _served(picks, keyed, set(chosen))
         taken = Counter(row[4] for row in claimed)
         for g in grants:
             if g.tokens is not None and taken[g.name]:
@@ -302,10 +357,10 @@ def _pick_generic(
     if limit <= 0:
         return []
     columns = sql.CLAIM_COLUMNS
-    found = list(
-        Task.objects.ready(hand.queues).exclude(queue__in=restricted).claim_order()
-        .values_list(*columns)[:limit]
-    )  # fmt: skip
+    ready = Task.objects.ready(hand.queues).exclude(queue__in=restricted)
+    if not hand.queues:
+        ready = ready.exclude(queue__in=Queue.objects.filter(made_by_sqs=True).values("name"))
+    found = list(ready.claim_order().values_list(*columns)[:limit])
     for g in grants:
         if g.most > 0:
             found += Task.objects.ready([g.name]).claim_order().values_list(*columns)[: g.most]

@@ -60,6 +60,8 @@ RESTRICTED = (
 # queue's); the claim indexes hold exactly these rows.
 CLAIMABLE = "state = 'ready' AND NOT key_wait"
 QUEUE_TABLE = "broker_queue"
+# The queues SQS's CreateQueue made: a claim that names no queue leaves them alone (API.md).
+SQS_MADE = f"SELECT name FROM {QUEUE_TABLE} WHERE made_by_sqs"
 _MARKER = ", ".join(["NULL"] * len(CLAIM_COLUMNS))  # and NULL sort keys: it sorts last
 
 
@@ -76,7 +78,9 @@ DELIVERY_SIZE = (
 )
 
 
-def _claim(picked: str, gate: str | None = None, prefix: str = "", many: bool = False) -> str:
+def _claim(
+    picked: str, gate: str | None = None, prefix: str = "", many: bool = False, every: bool = False
+) -> str:
     """Hand out the rows `picked` selects (locked, in claim order) and count them.
 
     `gate` (a condition on broker_queue rows, the claim's scope): the claim takes nothing when a
@@ -87,11 +91,14 @@ def _claim(picked: str, gate: str | None = None, prefix: str = "", many: bool = 
     `many` (a claim of more than one): of the rows picked, only those before which the answer
     has not passed MAX_ANSWER_BYTES (as broker.queue.sizing reckons it) are handed out; the
     others are left as they were, ready.
+
+    `every` (a claim that names no queue): the gate also holds while a queue made by SQS's
+    CreateQueue exists, which only the restricted path steps over.
     """
     returning = ", ".join(f"t.{c}" for c in CLAIM_COLUMNS)
     gated = (
         f"gate AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}"
-        f" WHERE {RESTRICTED}{gate}) AS held), "
+        f" WHERE {f'({RESTRICTED} OR made_by_sqs)' if every else RESTRICTED}{gate}) AS held), "
         if gate is not None
         else ""
     )
@@ -148,14 +155,15 @@ def _in_queue(name: str) -> str:
 _QUEUE_ORDER = f"queue, {_CLAIM_ORDER}"
 
 
-def _per_queue(source: str, limit: str) -> str:
+def _per_queue(source: str, limit: str, columns: str = "c.id") -> str:
     """Each queue's own index range (a LATERAL per queue of `source`), then the best `limit`.
 
     `queue = ANY(...)` would read every ready row of those queues and sort them.
     """
     return (
-        f"SELECT c.id FROM {source} CROSS JOIN LATERAL ("
-        f"SELECT id, priority, available_at FROM broker_task WHERE {CLAIMABLE}"
+        f"SELECT {columns} FROM {source} CROSS JOIN LATERAL ("
+        f"SELECT id,{' queue,' * (columns != 'c.id')} priority, available_at FROM broker_task"
+        f" WHERE {CLAIMABLE}"
         f"{_in_queue('q.name')} ORDER BY {_QUEUE_ORDER} LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c"
         " ORDER BY c.priority, c.available_at, c.id LIMIT %(limit)s"
     )
@@ -172,7 +180,9 @@ _QUEUES = (
     ),
     " AND name = ANY(%(queues)b::varchar[])",
 )
-CLAIM_ANY, CLAIM_ONE_QUEUE, CLAIM_QUEUES = (_claim(*c) for c in (_ANY, _ONE_QUEUE, _QUEUES))
+CLAIM_ANY, CLAIM_ONE_QUEUE, CLAIM_QUEUES = (
+    _claim(*c, every=c is _ANY) for c in (_ANY, _ONE_QUEUE, _QUEUES)
+)
 
 # The names of the queues with claimable tasks, by a loose index scan: one probe of
 # task_claim_queue_idx per queue, so no queue's backlog is walked.
@@ -183,10 +193,11 @@ _READY_NAMES = (
     " AND NOT t.key_wait AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n"
     " WHERE n.name IS NOT NULL), "
 )
-_MATCHES = " ~ ANY(%(regexes)s::text[])"
+# Names no queue made by SQS's CreateQueue (a claim naming no queue leaves those alone).
+_MATCHES = f" ~ ANY(%(regexes)s::text[]) AND name NOT IN ({SQS_MADE})"
 # An access token's claim naming no queue (broker.tokens): the queues with ready tasks whose names
-# match its grants' patterns (regular expressions), each by its own index range, in this very
-# statement; gated as the others when a restricted queue matches.
+# match its grants' patterns (regular expressions), but those SQS made, each by its own index
+# range, in this very statement; gated as the others when a restricted queue matches.
 _MATCHING = (
     _per_queue(
         f"(SELECT name FROM names WHERE name IS NOT NULL AND name{_MATCHES}{_OPEN}) AS q",
@@ -197,7 +208,7 @@ _MATCHING = (
 CLAIM_MATCHING = _claim(*_MATCHING, prefix=_READY_NAMES)
 CLAIM_MATCHING_MANY = _claim(*_MATCHING, prefix=_READY_NAMES, many=True)
 CLAIM_ANY_MANY, CLAIM_ONE_QUEUE_MANY, CLAIM_QUEUES_MANY = (
-    _claim(*c, many=True) for c in (_ANY, _ONE_QUEUE, _QUEUES)
+    _claim(*c, many=True, every=c is _ANY) for c in (_ANY, _ONE_QUEUE, _QUEUES)
 )
 
 
@@ -206,7 +217,7 @@ def sqlite_gated_pick(queues: list[str] | None, limit: int) -> tuple[str, list[o
     _claim): (statement, params)."""
     names = list(queues or ())
     marks = ", ".join(["%s"] * len(names))
-    where = f" AND queue IN ({marks})" if names else ""
+    where = f" AND queue IN ({marks})" if names else f" AND queue NOT IN ({SQS_MADE})"
     gate = f"EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE {RESTRICTED}" + (
         f" AND name IN ({marks}))" if names else ")"
     )
@@ -233,16 +244,27 @@ _SCOPE_READY = (
 )
 
 
-def _restricted_in(ready: str) -> str:
+def _restricted_in(ready: str, every: bool) -> str:
+    """(name, paused, ready, sqs) rows: the restricted queues of the scope; of a claim that names
+    no queue (every), those SQS made too (sqs true: not to claim from, but the one-statement
+    claim's gate holds for them). Each condition implies queue_restricted_idx's."""
+    queues = (
+        f"SELECT name, paused, made_by_sqs AS sqs FROM {QUEUE_TABLE}"
+        f" WHERE ({RESTRICTED} OR made_by_sqs)"
+        if every
+        else f"SELECT name, paused, false AS sqs FROM {QUEUE_TABLE}"
+        f" WHERE {RESTRICTED} AND name = ANY(%(scope)s::varchar[])"
+    )
     return (
-        f"SELECT q.name, q.paused, r.ready FROM (SELECT {ready} AS ready) AS r"
-        f" LEFT JOIN {QUEUE_TABLE} AS q ON {RESTRICTED}"
-        " AND (%(every)s OR q.name = ANY(%(scope)s::varchar[])) ORDER BY q.name"
+        f"SELECT q.name, q.paused, r.ready, q.sqs FROM (SELECT {ready} AS ready) AS r"
+        f" LEFT JOIN ({queues}) AS q ON true ORDER BY q.name"
     )
 
 
-RESTRICTED_IN = _restricted_in(_SCOPE_READY)
-RESTRICTED_IN_EVERY = _restricted_in(f"EXISTS (SELECT 1 FROM broker_task WHERE {CLAIMABLE})")
+RESTRICTED_IN = _restricted_in(_SCOPE_READY, every=False)
+RESTRICTED_IN_EVERY = _restricted_in(
+    f"EXISTS (SELECT 1 FROM broker_task WHERE {CLAIMABLE})", every=True
+)
 LOCK_LIMITED = (
     "SELECT name, max_in_flight, rate_per_s, tokens, refilled_at, fair, key_max_in_flight"
     f" FROM {QUEUE_TABLE}"
@@ -261,15 +283,17 @@ SPEND_TOKENS = (
 )
 
 
-def _allowed(source: str) -> str:
+def _allowed(source: str, every: bool = False) -> str:
     """Queues of `source` (rows `name`) the claim may take from, each with its most: those it
     was allowed (`names`, at most `lims` each) and any other that is not restricted, read in
-    this very statement (a queue paused a moment ago is not taken from)."""
+    this very statement (a queue paused a moment ago is not taken from); of a claim that names
+    no queue, none that SQS made."""
+    sqs = f" AND s.name NOT IN ({SQS_MADE})" if every else ""
     return (
         f"(SELECT s.name, coalesce(u.lim, %(limit)s) AS lim FROM {source} LEFT JOIN"
         " unnest(%(names)s::varchar[], %(lims)s::int[]) AS u(name, lim) ON u.name = s.name"
         " WHERE s.name IS NOT NULL AND (u.name IS NOT NULL OR s.name <> ALL(ARRAY("
-        f"SELECT name FROM {QUEUE_TABLE} WHERE {RESTRICTED})))) AS q"
+        f"SELECT name FROM {QUEUE_TABLE} WHERE {RESTRICTED}))){sqs}) AS q"
     )
 
 
@@ -284,19 +308,17 @@ CLAIM_IDS = _claim(
     f"SELECT id FROM broker_task WHERE id = ANY(%(ids)s) AND {CLAIMABLE}"
     " ORDER BY id FOR UPDATE SKIP LOCKED"
 )
-CLAIM_ALLOWED = _claim(_per_queue(_allowed("unnest(%(scope)s::varchar[]) AS s(name)"), "q.lim"))
-# Every queue: the names of the queues with ready tasks by a loose index scan (one probe of
-# task_claim_queue_idx per queue), so a paused queue's backlog is stepped over, never walked.
+_SCOPE = "unnest(%(scope)s::varchar[]) AS s(name)"
+CLAIM_ALLOWED = _claim(_per_queue(_allowed(_SCOPE), "q.lim"))
 CLAIM_ALLOWED_EVERY = _claim(
-    _per_queue(_allowed("names AS s"), "q.lim"),
-    prefix=(
-        "RECURSIVE names(name) AS ("
-        f"(SELECT queue FROM broker_task WHERE {CLAIMABLE} ORDER BY queue LIMIT 1)"
-        " UNION ALL SELECT (SELECT t.queue FROM broker_task t WHERE t.state = 'ready'"
-        " AND NOT t.key_wait"
-        " AND t.queue > n.name ORDER BY t.queue LIMIT 1) FROM names n WHERE n.name IS NOT NULL"
-        "), "
-    ),
+    _per_queue(_allowed("names AS s", every=True), "q.lim"), prefix=_READY_NAMES
+)
+# The same choice without handing out (the rows locked): a scope with fair or key-capped
+# queues too, whose picks (broker.queue.keyclaims) are merged with these in claim order.
+_PICKED = "c.id, c.queue, c.priority, c.available_at"
+PICK_ALLOWED = _per_queue(_allowed(_SCOPE), "q.lim", _PICKED)
+PICK_ALLOWED_EVERY = (
+    f"WITH {_READY_NAMES[:-2]} {_per_queue(_allowed('names AS s', every=True), 'q.lim', _PICKED)}"
 )
 
 # -- settle: ack and nack, one or many --------------------------------------------------------

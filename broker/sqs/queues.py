@@ -140,6 +140,8 @@ def create_queue(call: Call) -> dict[str, Any]:
             )
         if created:
             queue_settings.update(name, {"ordered": True} if fifo else {"fair": True})
+            # Made here, the queue is SQS's: claims naming no queue leave it alone.
+            Queue.objects.filter(name=name).update(made_by_sqs=True)
     if created and "max_receive_count" in fields:
         queue.limit_receives(name, fields["max_receive_count"])
     return {"QueueUrl": queue_url(call, name)}

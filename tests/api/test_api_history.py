@@ -54,9 +54,11 @@ def test_history__after_moves__adds_up_to_the_totals(api_client, enqueue, claim)
     for step in (60, 3600):
         points = history(api_client, f"?step={step}")["points"]
         assert {k: sum(p[k] for p in points) for k in COUNTS} == {k: totals[k] for k in COUNTS}
-    last = history(api_client)["points"][-1]
-    assert (last["ready"], last["handed_out"], last["dead"]) == (1, 1, 1)
-    assert last["processing_p50_ms"] is not None
+    points = history(api_client)["points"]
+    assert (points[-1]["ready"], points[-1]["handed_out"], points[-1]["dead"]) == (1, 1, 1)
+    # The ack's processing time is in its minute's point: the last, unless a minute began
+    # since (a slow host).
+    assert [p["processing_p50_ms"] is not None for p in points].count(True) == 1
 
 
 def test_history__one_queue(api_client, enqueue) -> None:

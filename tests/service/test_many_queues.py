@@ -143,7 +143,13 @@ def test_claim__a_plain_settings_row_per_queue__restricted_ones_found_by_index()
     queues.update("held", {"paused": True})
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE broker_queue")
-    for statement, params in ((sql.CLAIM_ANY, {}), (sql.CLAIM_QUEUES, {"queues": ["q00007"]})):
+    for statement, params in (
+        (sql.CLAIM_ANY, {}),
+        (sql.CLAIM_QUEUES, {"queues": ["q00007"]}),
+        # The restricted path's first look, naming no queue (SQS-made queues too) or some.
+        (sql.RESTRICTED_IN_EVERY, {"every": True, "scope": []}),
+        (sql.RESTRICTED_IN, {"every": False, "scope": ["q00007", "held"]}),
+    ):
         plan = explain(statement, "(ANALYZE, COSTS OFF)", **params)
         assert "queue_restricted_idx" in plan, plan
         assert "Seq Scan on broker_queue" not in plan, plan
