@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('broker', '0025_i41_unique_tasks'),
+        ('broker', '0026_h45_fair_keys_asleep_sqs_made'),
     ]
 
     operations = [
