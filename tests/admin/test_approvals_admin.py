@@ -99,3 +99,12 @@ def test_decide__workflow_step__the_next_step_runs_after(admin_client, api_clien
     assert held["task"]["id"] == review and held["task"]["event"]["data"]["approved"] is True
     assert post(api_client, f"/jobs/{review}/ack?lease_id={held['lease_id']}").status_code == 204
     assert Task.objects.get(pk=publish).state == "ready"
+
+
+def test_workflow_graph__a_step_waiting_for_its_event_says_so(admin_client, api_client) -> None:
+    r = post(api_client, "/workflows", {"name": "g", "steps": [
+        {"ref": "ask", "job": {"payload": 1, "wait_for": {"event": "approval", "key": "g-1"}}},
+        {"ref": "go", "job": {"payload": 2}, "after": ["ask"]},
+    ]})  # fmt: skip
+    nodes = admin_client.get(f"/admin/broker/workflow/{r.json()['id']}/graph.json").json()["nodes"]
+    assert [n["label"] for n in nodes] == ["blocked, waits for approval", "blocked"]
