@@ -54,9 +54,11 @@ def _plan(name: str, full: list[str] | None = None) -> str:
 
 
 def _probes(name: str) -> int:
-    """How many keys a fair round of one task probes (the plan's loops on task_key_claim_idx)."""
+    """How many keys a fair round of one task probes: the loops of its probe of one key's tasks
+    (`broker_task t`), by whichever index the planner takes for these rows (task_key_claim_idx
+    for a backlog; task_live_queue_idx when statistics say few tasks are ready)."""
     plan = _plan(name)
-    found = re.search(r"task_key_claim_idx on broker_task t \(actual [^)]* loops=(\d+)\)", plan)
+    found = re.search(r"Scan using \w+ on broker_task t \(actual [^)]* loops=(\d+)\)", plan)
     assert found, plan
     return int(found.group(1))
 
