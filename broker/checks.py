@@ -121,7 +121,7 @@ def _setting_problem(name: str, value: Any) -> str | None:
             isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()
         ):
             return 'a dict {"access key id": "secret", ...}'
-    elif name == "BROKER_RETENTION":
+    elif name in ("BROKER_RETENTION", "BROKER_EVENT_RETENTION"):
         if not isinstance(value, timedelta) or value < timedelta(0):
             return "a datetime.timedelta (timedelta(0): kept forever)"
     return None

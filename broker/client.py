@@ -42,6 +42,7 @@ def enqueue(
     after: Sequence[str | int] | None = None,
     after_policy: str = DEFAULT_AFTER_POLICY,
     unique: dict[str, Any] | None = None,
+    wait_for: dict[str, Any] | None = None,
 ) -> str:
     """Store a task in the current transaction and return its id (a decimal string).
 
@@ -58,7 +59,9 @@ def enqueue(
     `after_policy="finished"`, done, dead or cancelled). `unique` is POST /jobs' `unique`
     (`{"key": "doc-42", "until": "finished", "debounce_ms": 2000, ...}`): with a holder of the
     key, nothing is stored and the holder's id comes back (a pending holder absorbs the
-    request: replace, debounce), in your transaction too.
+    request: replace, debounce), in your transaction too. `wait_for` is POST /jobs'
+    `wait_for` (`{"event": "payment", "key": "order-42", "timeout_ms": 86400000}`): the task
+    starts blocked until that event (docs/events.md).
 
     Raises InvalidTaskError (a ValueError) for anything `POST /jobs` would refuse.
     """
@@ -75,6 +78,8 @@ def enqueue(
     }
     if unique is not None:
         options["unique"] = unique
+    if wait_for is not None:
+        options["wait_for"] = wait_for
     if after is not None:
         options.update(after=[str(pk) for pk in after], after_policy=after_policy)
     try:

@@ -35,7 +35,11 @@ from broker.states import COUNTERS, State
 from broker.tokens import access
 
 # API.md fixes these metric names; every other counter is jobs_<counter>_total.
-_RENAMED = {"acked": "jobs_completed", "buried": "jobs_dead_lettered"}
+_RENAMED = {
+    "acked": "jobs_completed",
+    "buried": "jobs_dead_lettered",
+    "events": "events_received",
+}
 
 # metric name (without _total): (help, the /stats totals it adds up), from states.COUNTERS.
 COUNTER_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {

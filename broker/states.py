@@ -43,7 +43,8 @@ class State(_TextChoices):
     """Where a task is; a task is always in exactly one state."""
 
     BLOCKED = "blocked", "blocked"
-    """Waiting for the tasks it names in `after` to finish; released to ready or delayed."""
+    """Waiting for the tasks it names in `after` to finish, or for an event (`wait_for`);
+    released to ready or delayed."""
     READY = "ready", "ready"
     """Waiting to be claimed."""
     HANDED_OUT = "handed_out", "handed out"
@@ -76,6 +77,8 @@ COUNTERS: dict[str, str] = {
     "cancelled": "Tasks cancelled.",
     "released": "Blocked tasks released to ready or delayed (what they waited for finished).",
     "deduplicated": "Enqueues answered by the holder of their unique key: nothing created.",
+    "suspended": "Handed-out tasks that gave their lease back to wait for an event.",
+    "events": "Events received (POST /events, approvals).",
 }
 
 # event: (from states, to state, counters moved). nack and reclaim fork on attempts left:
@@ -87,6 +90,17 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str, tuple[str, ...]]] = {
     # The last task a blocked one waits for finished: ready, or delayed for its delay_ms.
     "unblock": (frozenset({State.BLOCKED}), State.READY, ("released",)),
     "unblock_delayed": (frozenset({State.BLOCKED}), State.DELAYED, ("released",)),
+    # The event a blocked task waits for came (POST /events), or its wait timed out with
+    # on_timeout "run": ready, or delayed for its delay_ms; with `after` unfinished it stays
+    # blocked (its blockers counted down, no move). broker.queue.events.
+    "event": (frozenset({State.BLOCKED}), State.READY, ("released",)),
+    "event_delayed": (frozenset({State.BLOCKED}), State.DELAYED, ("released",)),
+    # A wait timed out with on_timeout "cancel" (the cancel cascade follows).
+    "wait_timeout": (frozenset({State.BLOCKED}), State.CANCELLED, ("cancelled",)),
+    # POST /jobs/{id}/wait: the holder gives its lease and its attempt back and waits for an
+    # event; one already kept releases it at once (counted as suspended and released).
+    "suspend": (frozenset({State.HANDED_OUT}), State.BLOCKED, ("suspended",)),
+    "suspend_released": (frozenset({State.HANDED_OUT}), State.READY, ("suspended", "released")),
     "claim": (frozenset({State.READY}), State.HANDED_OUT, ("delivered",)),
     "ack": (frozenset({State.HANDED_OUT}), State.DONE, ("acked",)),
     "nack_retry": (frozenset({State.HANDED_OUT}), State.DELAYED, ("nacked", "retried")),

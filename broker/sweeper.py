@@ -18,7 +18,7 @@ from django.utils import timezone
 from broker import claimers, queue, schedules
 from broker.history import recorder as history
 from broker.models import Task, Workflow
-from broker.queue import keys
+from broker.queue import events, keys
 from broker.queue.base import current_time
 from broker.sqs import dedup, extras
 from contract.conf import broker_settings
@@ -72,14 +72,19 @@ def sweep_once(
         promoted += n
         if n < batch * 2:
             break
+    timed_out = 0
+    while todo.waits and (n := events.expire_waits(now, limit=batch)) > 0:
+        timed_out += n
+        if n < batch:
+            break
     fired = _fire(now, fire_for_s) if todo.scheduled else 0
     # Counts made inside callers' transactions (schedules' enqueues too) join the shared rows.
     while (todo.deltas or fired) and queue.fold_deltas(limit=batch * 2) == batch * 2:
         pass
     pruned = _housekeeping(batch, record_now) if housekeeping else 0
-    if reclaimed or promoted or pruned or fired:
-        log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %s",
-                 reclaimed, promoted, pruned, counted(fired, "schedule"))  # fmt: skip
+    if reclaimed or promoted or pruned or fired or timed_out:
+        log.info("sweep: reclaimed %d, promoted %d, pruned %d, fired %s, timed out %d",
+                 reclaimed, promoted, pruned, counted(fired, "schedule"), timed_out)  # fmt: skip
     return Sweep(reclaimed, promoted, pruned, fired)
 
 
@@ -109,6 +114,7 @@ def _housekeeping(batch: int, record_now: bool) -> int:
         if dedup.prune(batch) < batch:
             break
     extras.prune(batch)
+    events.prune_events(current_time(), batch)
     history.record(force=record_now)
     queue.prune_holds(current_time())
     return pruned

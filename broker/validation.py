@@ -16,10 +16,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from broker.exceptions import InvalidTaskError
 from broker.queue import NewTask, Unique
+from broker.queue.base import WaitFor
 from broker.states import PRIORITY_BY_NAME
 from broker.types.checks import TypeBook
 from contract import limits
@@ -172,6 +174,57 @@ def unique_from_attrs(attrs: dict[str, Any] | None) -> Unique | None:
     )
 
 
+class Rfc3339(serializers.Field):
+    """An RFC 3339 time with its offset (a JSON string) → an aware datetime."""
+
+    def to_internal_value(self, data: Any) -> datetime:
+        parsed = parse_datetime(data) if isinstance(data, str) and len(data) <= 64 else None
+        if parsed is None or parsed.tzinfo is None:
+            raise serializers.ValidationError(
+                "Must be an RFC 3339 time with its offset (2026-12-06T18:00:00.000Z)."
+            )
+        return parsed
+
+    def to_representation(self, value: Any) -> Any:  # pragma: no cover -- parse only
+        return value
+
+
+class WaitForSerializer(StrictSerializer):
+    """`wait_for` (and POST /jobs/{id}/wait's body): blocked until an event (API.md "Waiting
+    for events, and approvals"); broker.queue.WaitFor."""
+
+    event = StrictString(min_length=1, max_length=limits.MAX_EVENT_NAME, trim_whitespace=False)
+    key = StrictString(min_length=1, max_length=limits.MAX_EVENT_KEY, trim_whitespace=False)
+    since = Rfc3339(required=False, allow_null=True, default=None)
+    timeout_ms = StrictInteger(
+        min_value=1,
+        max_value=limits.MAX_WAIT_TIMEOUT_MS,
+        required=False,
+        allow_null=True,
+        default=None,
+    )
+    on_timeout = serializers.ChoiceField(
+        choices=list(limits.ON_TIMEOUT), default=limits.DEFAULT_ON_TIMEOUT
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Expected a JSON object.")
+        return super().to_internal_value(data)
+
+
+def wait_from_attrs(attrs: dict[str, Any] | None) -> WaitFor | None:
+    if attrs is None:
+        return None
+    return WaitFor(
+        event=attrs["event"],
+        key=attrs["key"],
+        since=attrs["since"],
+        timeout_ms=attrs["timeout_ms"],
+        on_timeout=attrs["on_timeout"],
+    )
+
+
 DEBOUNCE_WITH_DELAY = "Give debounce_ms or delay_ms, not both: a debounced task waits debounce_ms."
 
 
@@ -208,6 +261,7 @@ class EnqueueSerializer(StrictSerializer):
         choices=list(limits.AFTER_POLICIES), default=limits.DEFAULT_AFTER_POLICY
     )
     unique = UniqueSerializer(required=False, allow_null=True, default=None)
+    wait_for = WaitForSerializer(required=False, allow_null=True, default=None)
 
     def to_internal_value(self, data: Any) -> Any:
         try:
@@ -274,6 +328,7 @@ def task_from_attrs(attrs: dict[str, Any]) -> NewTask:
         after_policy=attrs["after_policy"],
         key=attrs["key"],
         unique=unique_from_attrs(attrs.get("unique")),
+        wait_for=wait_from_attrs(attrs.get("wait_for")),
     )
 
 
@@ -358,6 +413,7 @@ def quick_new_task(data: Any) -> NewTask | None:
         or priority not in PRIORITY_BY_NAME
         or get("type") is not None
         or get("after") is not None
+        or get("wait_for") is not None
         or "after_policy" in data
         or (key is not None and not _plain_key(key))
         or (task_key is not None and not _plain_key(task_key, limits.MAX_KEY))

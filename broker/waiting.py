@@ -1,6 +1,6 @@
 """Why a task is not running: GET /jobs/{id}'s `waiting`, and the same on its admin page.
 
-The reasons and their order are API.md's: parent_dead, blocked, delayed, retry_backoff,
+The reasons and their order are API.md's: parent_dead, blocked, event, delayed, retry_backoff,
 queue_paused, queue_full, key_busy, key_full, rate_limited, no_workers, queued. Reads settings,
 counter rows, dependency rows and claim notes; never a claim.
 """
@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Count, Q, Sum
 
 from broker.claimers import workers_seen
-from broker.models import KeyState, Queue, QueueCounter, Task
+from broker.models import EventWait, KeyState, Queue, QueueCounter, Task
 from broker.queue import dependencies, keyclaims, restricted
 from broker.queue.base import current_time
 from broker.states import State
@@ -22,7 +22,7 @@ from contract.limits import WORKERS_SEEN_S
 from contract.wording import counted, nouned
 
 REASONS = (
-    "parent_dead", "blocked", "delayed", "retry_backoff", "queue_paused", "queue_full",
+    "parent_dead", "blocked", "event", "delayed", "retry_backoff", "queue_paused", "queue_full",
     "key_busy", "key_full", "rate_limited", "no_workers", "queued",
 )  # fmt: skip
 WAITING_STATES = (State.READY, State.DELAYED, State.BLOCKED)
@@ -61,8 +61,13 @@ def explain(task_id: int) -> dict[str, Any] | None:
 
 
 def _blocked(task_id: int) -> dict[str, Any]:
-    """parent_dead when a task it waits for is dead (requeue it), else blocked."""
+    """parent_dead when a task it waits for is dead (requeue it), else blocked; with every task
+    it names finished, event (what it waits for, and until when)."""
     on, dead = dependencies.waiting_on(task_id)
+    if not on:
+        wait = EventWait.objects.filter(task_id=task_id).first()
+        if wait is not None:
+            return _event(wait)
     shown = ", ".join(map(str, on))
     if dead:
         return {"reason": "parent_dead", "on": [str(pk) for pk in on],
@@ -72,6 +77,21 @@ def _blocked(task_id: int) -> dict[str, Any]:
                           "and done, it lets this one go."}  # fmt: skip
     return {"reason": "blocked", "on": [str(pk) for pk in on],
             "detail": f"Waits for {nouned(len(on), 'task')} {shown} to finish."}  # fmt: skip
+
+
+def _event(wait: EventWait) -> dict[str, Any]:
+    until = None if wait.deadline is None else _stamp(wait.deadline)
+    then = (
+        "for ever" if until is None
+        else f"until {until}, when it is {'cancelled' if wait.on_timeout == 'cancel' else 'run'}"
+    )  # fmt: skip
+    return {
+        "reason": "event",
+        "event": wait.name,
+        "key": wait.key,
+        "until": until,
+        "detail": f"Waits for the event {wait.name!r} with key {wait.key!r}, {then}.",
+    }
 
 
 def _held(

@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "BROKER_OUTAGE_GRACE_MS": limits.OUTAGE_GRACE_MS,
     # Done and cancelled tasks older than this are deleted by the sweeper; 0: kept forever.
     "BROKER_RETENTION": timedelta(days=7),
+    # Received events are kept this long, for waits made after them; 0: kept forever.
+    "BROKER_EVENT_RETENTION": timedelta(days=7),
     "BROKER_HISTORY_MINUTES": 2880,
     "BROKER_HISTORY_HOURS": 2160,
     "BROKER_MAX_SCHEDULES": limits.DEFAULT_MAX_SCHEDULES,

@@ -106,6 +106,14 @@ DEFAULT_UNIQUE_ON_CONFLICT = "skip"
 MAX_UNIQUE_PERIOD_S = 7 * 24 * 3600
 MAX_DEBOUNCE_MS = MAX_DELAY_MS
 MAX_DEBOUNCE_MAX_MS = 30 * 24 * 3600 * 1000
+# Waiting for events (API.md "Waiting for events, and approvals").
+MAX_EVENT_NAME = 200
+MAX_EVENT_KEY = 255
+MAX_EVENT_DATA_BYTES = 65_536  # an event's data as compact UTF-8 JSON
+MAX_WAIT_TIMEOUT_MS = 30 * 24 * 3600 * 1000
+ON_TIMEOUT = ("cancel", "run")
+DEFAULT_ON_TIMEOUT = "cancel"
+APPROVAL_EVENT = "approval"
 # How recent a claim request must be for a queue to count as having workers (`no_workers`).
 WORKERS_SEEN_S = 60
 

@@ -272,6 +272,8 @@ def _duration(name: str, default: str) -> timedelta:
 # Done and cancelled tasks older than this are deleted by the sweeper; "0" keeps them forever.
 # Dead tasks are never pruned.
 BROKER_RETENTION = _duration("BROKER_RETENTION", default="7d")
+# Received events are kept this long, so a wait made after its event still matches it.
+BROKER_EVENT_RETENTION = _duration("BROKER_EVENT_RETENTION", default="7d")
 # How long GET /stats/history keeps its points: one-minute ones (two days), hourly ones (90 days).
 BROKER_HISTORY_MINUTES = _whole("BROKER_HISTORY_MINUTES", least=0)
 BROKER_HISTORY_HOURS = _whole("BROKER_HISTORY_HOURS", least=0)

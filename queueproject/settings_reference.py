@@ -85,6 +85,15 @@ ENVIRONMENT: tuple[Setting, ...] = (
         ),
     ),
     Setting(
+        ("BROKER_EVENT_RETENTION",),
+        "`7d`",
+        (
+            "received events are kept this long (seconds, or `90s`, `15m`, `12h`, `7d`; `0` "
+            "keeps them), so a wait made after its event still matches it "
+            "([events.md](events.md))"
+        ),
+    ),
+    Setting(
         ("BROKER_MAX_SCHEDULES",),
         "10000",
         (

@@ -123,7 +123,8 @@ SAMPLE_TYPES = ("batch_import", "data_transform", "fail_job", "http_fetch", "ima
                 "merge_results", "send_email", "sleep_job")  # fmt: skip
 # The /stats totals, in the contract's order.
 COUNTER_NAMES = ("enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried",
-                 "requeued", "cancelled", "released", "deduplicated")  # fmt: skip
+                 "requeued", "cancelled", "released", "deduplicated", "suspended",
+                 "events")  # fmt: skip
 
 
 def _on_postgres() -> bool:

@@ -66,6 +66,7 @@ class FakeBroker:
         self.extends: list[tuple[str, str, int]] = []
         # Each progress report: (task id, lease id, report, lease_ms or None).
         self.reports: list[tuple[str, str, dict[str, Any], int | None]] = []
+        self.waits: list[tuple[str, str, dict[str, Any]]] = []
         self.answer = True
         self.extend_answer = True
         self.cancelled = False
@@ -211,6 +212,13 @@ class FakeBroker:
         with self._cond:
             self.reports.append((task_id, lease_id, dict(report), lease_ms))
             self.events.append(("progress", task_id, dict(report), lease_ms))
+        return self.extend_answer
+
+    def wait(self, task_id: str, lease_id: str, body: dict[str, Any]) -> bool:
+        """Record a suspend (POST /jobs/{id}/wait)."""
+        with self._cond:
+            self.waits.append((task_id, lease_id, dict(body)))
+            self.events.append(("wait", task_id, dict(body)))
         return self.extend_answer
 
     def cancel_claims(self, *, hard: bool = True) -> None:

@@ -286,6 +286,21 @@ class BrokerClient(BatchVerbs):
         self._note_deadline(response, lease_id, lease_ms)
         return True
 
+    def wait(self, task_id: str, lease_id: str, body: dict[str, Any]) -> bool:
+        """POST /jobs/{id}/wait: the held task gives its lease and attempt back and waits for an
+        event (docs/events.md). True when suspended; False when the lease is lost (404/409) or
+        over, or the broker refused the body (logged)."""
+        url = self._task_url(task_id, "wait", lease_id)
+        response = self._send("POST", url, until=self._until((lease_id,)), body=body, held=True)
+        if response is None:
+            return False
+        if response.status_code != 200:
+            log.warning("wait of task %s answered %s: %s", task_id, response.status_code,
+                        error_text(response))  # fmt: skip
+            return False
+        self._lease_ends.pop(lease_id, None)  # the lease is given back
+        return True
+
     def _note_deadline(self, response: Response, lease_id: str, lease_ms: int) -> None:
         """A lease extended: it now ends at the deadline the broker answered."""
         if lease_id in self._lease_ends:  # not acked or nacked meanwhile by another thread

@@ -7,9 +7,17 @@ import json
 import math
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol, cast
+from datetime import datetime
+from typing import Any, NoReturn, Protocol, cast
 
-from contract.limits import MAX_CHECKPOINT_BYTES, MAX_PROGRESS_MESSAGE
+from contract.limits import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_EVENT_KEY,
+    MAX_EVENT_NAME,
+    MAX_PROGRESS_MESSAGE,
+    MAX_WAIT_TIMEOUT_MS,
+    ON_TIMEOUT,
+)
 from workers.wire import Delivery, Report
 
 
@@ -35,6 +43,15 @@ def current_job() -> Job | None:
     return job
 
 
+class Suspended(Exception):
+    """Raised by job.wait_for_event(): the runner suspends the task (POST /jobs/{id}/wait)
+    instead of acking or nacking it. A handler must let it through."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(f"waiting for the event {body['event']!r} with key {body['key']!r}")
+        self.body = body
+
+
 class Job(Mapping[str, Any]):
     """A delivered task: `job["payload"]`, `job.id`, ... as the broker sent it, plus
 
@@ -46,7 +63,9 @@ class Job(Mapping[str, Any]):
       delivered), None when none did;
     - `job.progress(fraction, message)`: how far it got (each call replaces the last);
     - `job.save_checkpoint(value)`: any JSON (at most 64 KiB) a later attempt resumes from;
-    - `job.flush()`: send what is waiting now rather than with the next beat.
+    - `job.flush()`: send what is waiting now rather than with the next beat;
+    - `job.wait_for_event(event, key, ...)`: stop here and give the task back until that event
+      comes; it is delivered again with its checkpoint and `job.event` (docs/events.md).
 
     Reports go with the lease's heartbeat, moved up to at most a second away, so a handler may
     report as often as it likes: the broker hears the latest about once a second, and a report
@@ -143,6 +162,12 @@ class Job(Mapping[str, Any]):
         Raises ValueError when it is not JSON or is over 64 KiB as JSON; the value is copied,
         so changing it afterwards changes nothing sent.
         """
+        self._checkpoint = self._checked_checkpoint(value)
+        self._send({"checkpoint": self._checked_checkpoint(value)})
+
+    @staticmethod
+    def _checked_checkpoint(value: Any) -> Any:
+        """A copy of `value` as JSON carries it; ValueError when not JSON or over 64 KiB."""
         try:
             text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as exc:
@@ -150,8 +175,45 @@ class Job(Mapping[str, Any]):
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > MAX_CHECKPOINT_BYTES:
             raise ValueError(f"a checkpoint is at most {MAX_CHECKPOINT_BYTES} bytes; {size} given")
-        self._checkpoint = json.loads(text)
-        self._send({"checkpoint": json.loads(text)})
+        return json.loads(text)
+
+    def wait_for_event(
+        self,
+        event: str,
+        key: str,
+        *,
+        since: datetime | str | None = None,
+        timeout_ms: int | None = None,
+        on_timeout: str = "cancel",
+        checkpoint: Any = None,
+    ) -> NoReturn:
+        """Suspend the task until the event `event` with `key` is received: the handler stops
+        here (this raises Suspended, which the runner turns into POST /jobs/{id}/wait, not an
+        ack or a nack), the lease and the attempt go back to the broker, and the task is
+        delivered again once the event comes, with `job.event` and its checkpoint
+        (`checkpoint`, kept by the suspend itself when given; else the last one saved).
+        `since`, `timeout_ms` and `on_timeout` as in `wait_for` (docs/events.md). Raises
+        ValueError for a bad argument, before anything is sent."""
+        for name, value, most in (("event", event, MAX_EVENT_NAME), ("key", key, MAX_EVENT_KEY)):
+            if not isinstance(value, str) or not 0 < len(value) <= most or "\x00" in value:
+                raise ValueError(f"{name} must be 1 to {most} characters without U+0000")
+        if on_timeout not in ON_TIMEOUT:
+            raise ValueError(f"on_timeout must be one of {', '.join(ON_TIMEOUT)}")
+        if timeout_ms is not None and (
+            isinstance(timeout_ms, bool)
+            or not isinstance(timeout_ms, int)
+            or not 1 <= timeout_ms <= MAX_WAIT_TIMEOUT_MS
+        ):
+            raise ValueError(f"timeout_ms must be an integer from 1 to {MAX_WAIT_TIMEOUT_MS}")
+        body: dict[str, Any] = {"event": event, "key": key, "on_timeout": on_timeout}
+        if since is not None:
+            body["since"] = since.isoformat() if isinstance(since, datetime) else since
+        if timeout_ms is not None:
+            body["timeout_ms"] = timeout_ms
+        if checkpoint is not None:  # sent with the wait itself: kept in the same move
+            body["checkpoint"] = self._checked_checkpoint(checkpoint)
+            self._checkpoint = body["checkpoint"]
+        raise Suspended(body)
 
     def flush(self) -> bool:
         """Send the waiting report now (one request); True when the broker has every report."""

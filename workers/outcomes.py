@@ -36,6 +36,7 @@ class Outcome(NamedTuple):
     error: str | None
     started: float
     job_type: str | None = None
+    suspended: bool = False  # given back to wait for an event: neither acked nor nacked
 
 
 def failure_text(exc: BaseException, limit: int = MAX_ERROR_CHARS) -> str:
@@ -99,7 +100,7 @@ def refused_result(status: int, message: str = "") -> str:
 
 def split(outcomes: Sequence[Outcome]) -> tuple[list[Outcome], list[Settle], list[Settle]]:
     """The outcomes reordered acks first (as statuses come back), and the items to send."""
-    acks = [o for o in outcomes if o.error is None]
+    acks = [o for o in outcomes if o.error is None and not o.suspended]
     nacks = [o for o in outcomes if o.error is not None]
     return (
         acks + nacks,

@@ -247,8 +247,8 @@ class Prefetcher:
                     queues=self._queues,
                 )
                 statuses, deliveries = claimed.statuses, claimed.deliveries
-            else:
-                statuses = self._client.settle(acks, nacks)
+            else:  # (nothing to send when every outcome was a suspend)
+                statuses = self._client.settle(acks, nacks) if ordered else []
             self._failures = 0
         except BrokerError as exc:
             statuses = exc.settled

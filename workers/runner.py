@@ -13,7 +13,7 @@ from contract.wording import counted
 from workers import handlers
 from workers.client import backoff_s
 from workers.heartbeat import DEFAULT_REPORT_S, Heartbeat
-from workers.job import Job, running
+from workers.job import Job, Suspended, running
 from workers.outcomes import (
     Outcome,
     checked,
@@ -209,6 +209,8 @@ class Runner:
         outcome = self._run_held(delivery)
         task_id, lease_id = outcome.task_id, outcome.lease_id
         said = ""
+        if outcome.suspended:
+            return "suspended"
         if outcome.error is None:
             try:
                 said = "acked" if self._client.ack(task_id, lease_id, outcome.result) else ""
@@ -251,17 +253,25 @@ class Runner:
         job = Job(delivery, self._heartbeat)
         started = time.monotonic()
         error: str | None
+        waits: dict[str, Any] | None = None
         try:
             with running(job):
                 result = self._resolve(job)(job)
+        except Suspended as exc:
+            result, error, waits = None, None, exc.body
         # SystemExit too: a handler calling sys.exit() must not end the worker thread.
         except (Exception, SystemExit) as exc:
             result, error = None, failure_text(exc)
         else:
             result, error = checked(result, self._max_body_bytes)
         finally:
-            self._heartbeat.finish(job.id, job.lease_id)
-        return Outcome(job.id, job.lease_id, result, error, started, job.get("type"))
+            self._heartbeat.finish(job.id, job.lease_id)  # its reports (a checkpoint) first
+        outcome = Outcome(job.id, job.lease_id, result, error, started, job.get("type"))
+        if waits is not None:
+            said = "suspended" if self._client.wait(job.id, job.lease_id, waits) else "wait refused"
+            outcome = outcome._replace(suspended=True)
+            log_outcome(outcome, said, time.monotonic())
+        return outcome
 
 
 class Settler:
@@ -315,6 +325,8 @@ class Settler:
         """
         while outcomes:
             ordered, acks, nacks = split(outcomes)
+            if not ordered:
+                return  # suspended, every one: nothing to settle
             try:
                 statuses = self._client.settle(acks, nacks)
             except Exception:

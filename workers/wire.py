@@ -115,6 +115,11 @@ class Broker(Protocol):
         False when the lease is lost or over."""
         ...
 
+    def wait(self, task_id: str, lease_id: str, body: dict[str, Any]) -> bool:
+        """POST /jobs/{id}/wait: suspend the held task until an event (body: the wait's fields
+        and its checkpoint); False when the lease is lost or the broker refused it."""
+        ...
+
     def cancel_claims(self, *, hard: bool = True) -> None:
         """Make parked and future claims return None at once (not hard: a claim being answered
         still gets its tasks); ack, nack, extend keep working."""

@@ -5,6 +5,7 @@ page, and makes every action of theirs write admin's log (broker.admin.audit).""
 from django.contrib import admin as _admin
 
 from broker.admin import audit, dead, queues, tasks  # noqa: F401
+from broker.events import admin as approvals  # noqa: F401
 from broker.tokens import admin as tokens  # noqa: F401
 from broker.types import admin as types  # noqa: F401
 from broker.workflows import admin as workflows  # noqa: F401

@@ -58,10 +58,11 @@ def _with_errors(tasks: list[Task], shown: Shown) -> list[dict[str, Any]]:
     ]
 
 
-# What a task's stored JSON adds to a page: its payload, result and checkpoint go out as stored.
+# What a task's stored JSON adds to a page: its payload, result, checkpoint and event go out as
+# stored.
 _STORED = (
     Coalesce(Bytes("payload"), 0) + Coalesce(Bytes("result"), 0)
-    + Coalesce(Bytes("checkpoint"), 0)
+    + Coalesce(Bytes("checkpoint"), 0) + Coalesce(Bytes("event"), 0)
 )  # fmt: skip
 
 

@@ -39,6 +39,7 @@ def claimed_task(task: Task | ClaimedTask) -> dict[str, Any]:
         "created_at": created if isinstance(created, str) else timestamp(created),
         "available_at": available if isinstance(available, str) else timestamp(available),
         "checkpoint": _json_text(task.checkpoint),
+        "event": _json_text(task.event),
         "workflow": None if task.workflow_id is None else str(task.workflow_id),
         "ref": task.ref,
     }

@@ -38,6 +38,7 @@ from broker.api.schema_operations import (
     answer,
     error_answer,
 )
+from broker.events import schema as events
 from broker.exceptions import DatabaseUnavailable
 from broker.history import schema as history
 from broker.tokens import auth
@@ -51,6 +52,7 @@ OPERATIONS = {
     **history.OPERATIONS,
     **workflows.OPERATIONS,
     **types.OPERATIONS,
+    **events.OPERATIONS,
 }
 # Interleaved, not appended: the document's components keep the order they were published in.
 COMPONENTS = {
@@ -61,6 +63,7 @@ COMPONENTS = {
     **BATCH_COMPONENTS,
     **workflows.COMPONENTS,
     **types.COMPONENTS,
+    **events.COMPONENTS,
 }
 
 

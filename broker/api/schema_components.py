@@ -56,6 +56,17 @@ _CLAIMED_TASK_FIELDS: dict[str, Schema] = {
         "description": "The last checkpoint its holders reported (POST /jobs/{id}/progress), "
         "null when none: a redelivered task resumes from it.",
     },
+    "event": {
+        "type": "object",
+        "nullable": True,
+        "properties": {
+            "id": {"type": "string"}, "name": {"type": "string"}, "key": {"type": "string"},
+            "data": ANY_JSON, "at": _TIME,
+        },
+        "required": ["id", "name", "key", "data", "at"],
+        "description": "The event that released it from a wait (`wait_for`, POST "
+        "/jobs/{id}/wait); null before, and after a wait that timed out.",
+    },
     "workflow": {**_TEXT_OR_NULL, "description": "The workflow it is a step of."},
     "ref": {**_TEXT_OR_NULL, "description": "Its step's ref in that workflow."},
     "after": {
@@ -103,6 +114,30 @@ _LISTED_TASK_FIELDS: dict[str, Schema] = {
 }
 _FRACTION: Schema = {"type": "number", "minimum": 0, "maximum": 1, "nullable": True}
 _MESSAGE: Schema = {"type": "string", "maxLength": limits.MAX_PROGRESS_MESSAGE, "nullable": True}
+
+# `wait_for`, and POST /jobs/{id}/wait's body (API.md "Waiting for events, and approvals").
+WAIT_FOR_FIELDS: dict[str, Schema] = {
+    "event": {"type": "string", "minLength": 1, "maxLength": limits.MAX_EVENT_NAME},
+    "key": {"type": "string", "minLength": 1, "maxLength": limits.MAX_EVENT_KEY},
+    "since": {
+        **_TIME,
+        "description": "Only an event received at or after this matches (default: any kept).",
+    },
+    "timeout_ms": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": limits.MAX_WAIT_TIMEOUT_MS,
+        "description": "The wait ends this long after it began (default: never).",
+    },
+    "on_timeout": {
+        "type": "string",
+        "enum": list(limits.ON_TIMEOUT),
+        "default": limits.DEFAULT_ON_TIMEOUT,
+        "description": "cancel: the task is cancelled (with the cancel cascade); run: it is "
+        "released with event null.",
+    },
+}
+WAIT_FOR_OBJECT = _object(WAIT_FOR_FIELDS, ["event", "key"], closed=True)
 
 _ENQUEUE_FIELDS: dict[str, Schema] = {
     "payload": {**ANY_JSON, "description": "Required (the key must be present); any JSON."},
@@ -175,12 +210,18 @@ _ENQUEUE_FIELDS: dict[str, Schema] = {
                        "key answers 200 with the holder's id, which a pending holder absorbs "
                        "(replace, debounce).",
     },
+    "wait_for": {
+        **WAIT_FOR_OBJECT,
+        "nullable": True,
+        "description": "Start blocked until the event with this name and key is received (a "
+                       "kept one received at or after `since` matches at once).",
+    },
 }  # fmt: skip
 
 _GAUGE_FIELDS: dict[str, Schema] = {state.value: _COUNT for state in GAUGE_STATES}
 _REASON = {
     "type": "string",
-    "enum": ["parent_dead", "blocked", "delayed", "retry_backoff", "queue_paused",
+    "enum": ["parent_dead", "blocked", "event", "delayed", "retry_backoff", "queue_paused",
              "queue_full", "key_busy", "key_full", "rate_limited", "no_workers", "queued"],
 }  # fmt: skip
 
@@ -249,7 +290,14 @@ TASK_COMPONENTS: dict[str, Schema] = {
         {
             "reason": _REASON,
             "detail": {"type": "string", "description": "One human sentence."},
-            "until": {**_TIME, "description": "delayed, retry_backoff: when it becomes ready."},
+            "until": {
+                **_TIME,
+                "nullable": True,
+                "description": "delayed, retry_backoff: when it becomes ready; event: when "
+                "its wait times out (null: never).",
+            },
+            "event": {"type": "string", "description": "event: the event's name it waits for."},
+            "key": {"type": "string", "description": "event: the event's key it waits for."},
             "ahead": {**_COUNT, "description": "queued: ready tasks of its queue claimed first."},
             "on": {
                 "type": "array",

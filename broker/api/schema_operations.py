@@ -19,7 +19,7 @@ from contract.limits import (
 
 OPEN_OPERATIONS = {"health"}
 TAG_ORDER = (
-    "jobs", "batch", "workflows", "dead-letter queue", "queues", "schedules", "types",
+    "jobs", "batch", "workflows", "events", "dead-letter queue", "queues", "schedules", "types",
     "observability",
 )  # fmt: skip
 

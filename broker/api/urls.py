@@ -3,6 +3,7 @@
 from django.urls import path
 
 from broker.api import batch, operate, views
+from broker.events import views as events
 from broker.history.views import HistoryView
 from broker.types import views as types
 from broker.workflows import views as workflows
@@ -18,6 +19,7 @@ urlpatterns = [
     path("jobs/<str:task_id>/nack", views.NackView.as_view()),
     path("jobs/<str:task_id>/extend", views.ExtendView.as_view()),
     path("jobs/<str:task_id>/progress", views.ProgressView.as_view()),
+    path("jobs/<str:task_id>/wait", events.WaitView.as_view()),
     path("jobs/<str:task_id>", views.TaskView.as_view()),
     path("stats", views.StatsView.as_view()),
     path("stats/history", HistoryView.as_view()),
@@ -32,4 +34,5 @@ urlpatterns = [
     path("workflows/<str:workflow_id>", workflows.WorkflowView.as_view()),
     path("types", types.TypesView.as_view()),
     path("types/<str:name>", types.TypeView.as_view()),
+    path("events", events.EventsView.as_view()),
 ]

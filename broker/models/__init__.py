@@ -10,6 +10,7 @@ from broker.models.counters import (
     CounterDelta,
     QueueCounter,
 )
+from broker.models.events import Approval, Event, EventWait
 from broker.models.history import (
     HISTORY_COLUMNS,
     HISTORY_COUNTS,
@@ -36,9 +37,10 @@ from broker.models.types import JobType
 
 __all__ = [
     "COUNTER_COLUMNS", "COUNTER_SHARDS", "DURATION_BUCKETS", "GAUGE_COLUMNS", "HISTOGRAM_COLUMNS",
-    "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "AccessToken",
+    "HISTORY_COLUMNS", "HISTORY_COUNTS", "HISTORY_GAUGES", "RESTRICTED", "AccessToken", "Approval",
     "ClaimScope",
-    "CounterDelta", "DeadTask", "Dependency", "HistoryClock", "HistoryMark", "HistoryPoint",
+    "CounterDelta", "DeadTask", "Dependency", "Event", "EventWait", "HistoryClock", "HistoryMark",
+    "HistoryPoint",
     "JobType", "KeyState", "Queue", "QueueCounter", "QueueName", "ReclaimHold", "Schedule",
     "SqsDedup",
     "SqsMessage", "SqsQueue", "Task", "TaskError", "TaskQuerySet", "TokenGeneration", "Workflow",

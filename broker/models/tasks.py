@@ -102,6 +102,9 @@ class Task(models.Model):
     # handed out), each of which may have replaced its payload or pushed its time (debounce).
     unique_key = models.CharField(max_length=255, null=True, blank=True)
     absorbed = models.IntegerField(default=0, db_default=0)
+    # The event that released it (broker.queue.events), as its deliveries show it (JSON text:
+    # {"id", "name", "key", "data", "at"}); NULL before, and after a wait that timed out.
+    event = models.TextField(null=True, blank=True)
 
     objects = TaskQuerySet.as_manager()
 

@@ -16,6 +16,7 @@ target states and counters of each move come from `broker.states.TRANSITIONS`.
                     ack_lapsed (SQS's delete after a lapsed visibility timeout)
     sweeps.py       pending (which moves have work), reclaim_expired (held after an outage:
                     hold_reclaims), promote_delayed, prune_finished
+    events.py       wait_for: block on an event, release by POST /events or a timeout, suspend
     dependencies.py `after`: block at enqueue, release and cascade when parents finish
     graphs.py       workflows: enqueue a whole graph, cancel every step left
     counters.py     the counter rows: moving, folding, one-snapshot reads
@@ -32,6 +33,7 @@ from broker.queue.base import (
     Outcome,
     Settle,
     Unique,
+    WaitFor,
 )
 from broker.queue.counters import fold_deltas, gauges, live_queues, queue_gauges, stats, totals
 from broker.queue.deadletters import (
@@ -81,6 +83,7 @@ __all__ = [
     "Report",
     "Settle",
     "Unique",
+    "WaitFor",
     "ack",
     "ack_lapsed",
     "ack_many",

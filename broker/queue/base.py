@@ -50,6 +50,19 @@ class Unique:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitFor:
+    """An enqueue's or a suspend's `wait_for`: blocked until the event `event` with `key` is
+    received at or after `since` (None: any kept), or until `timeout_ms` has passed (None:
+    for ever), when `on_timeout` says what happens (broker.queue.events)."""
+
+    event: str
+    key: str
+    since: datetime | None = None
+    timeout_ms: int | None = None
+    on_timeout: str = "cancel"  # or "run"
+
+
+@dataclass(frozen=True, slots=True)
 class Enqueued:
     """What an enqueue did: a new task (created), or the id of the task that already holds the
     request's idempotency key or unique key; `replaced`: its payload became the request's."""
@@ -80,6 +93,7 @@ class NewTask:
     not_before: datetime | None = None
     enqueued_by: str | None = None  # the access token's name (broker.tokens)
     unique: Unique | None = None  # at most one task per key (broker.queue.unique)
+    wait_for: WaitFor | None = None  # blocked until an event (broker.queue.events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,7 @@ class ClaimedTask:
     key: str | None = None
     workflow_id: int | None = None
     ref: str | None = None
+    event: str | None = None  # JSON text: the event that released it (broker.queue.events)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from psycopg.errors import DeadlockDetected
 from broker import observe
 from broker.exceptions import InvalidTaskError
 from broker.models import Task
-from broker.queue import counters, dependencies, keys, sqlenqueue, sqlunique, unique
+from broker.queue import counters, dependencies, events, keys, sqlenqueue, sqlunique, unique
 from broker.queue.base import Enqueued, NewTask, Unique, current_time, shard
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
@@ -108,7 +108,8 @@ def enqueue(spec: NewTask) -> tuple[int, bool]:
 def enqueue_answer(spec: NewTask) -> Enqueued:
     """enqueue(), saying what it did: created, or the holder's id (deduplicated, replaced)."""
     in_caller_transaction = connection.in_atomic_block
-    if connection.vendor == "postgresql" and not spec.after and spec.key is None:
+    plain = not spec.after and spec.key is None and spec.wait_for is None
+    if connection.vendor == "postgresql" and plain:
         if spec.unique is None:
             pk, created = _enqueue_pg(spec, in_caller_transaction)
             return Enqueued(pk, created)
@@ -141,15 +142,23 @@ def enqueue_answer(spec: NewTask) -> Enqueued:
 
 
 def _insert_one(spec: NewTask, in_caller_transaction: bool) -> Task:
-    """Insert one task with its edges, key line, counts and wake-up; in a transaction."""
+    """Insert one task with its edges, wait, key line, counts and wake-up; in a transaction."""
+    waits = [spec.wait_for]
+    if spec.wait_for is not None:  # its name-and-key lock before any task row's
+        events.lock_names([(spec.wait_for.event, spec.wait_for.key)])
     (blocking,) = _blockings([spec])
-    row = _new_row(spec, current_time(), blocking)
+    now = current_time()
+    row = _new_row(spec, now, blocking)
+    if spec.wait_for is not None:
+        events.plan_waits([row], waits, now)
     line = keys.line_up([row])
     row.save(force_insert=True)
     if line is not None:
         line.close()
     if blocking is not None:
         dependencies.add_edges(row.pk, spec.after, spec.after_policy, blocking)
+    if spec.wait_for is not None:
+        events.add_waits([row], waits, now)
     moves = [(row.queue, None, row.state)]
     counters.bump(counters.count_moves(_EVENTS, moves), deferred=in_caller_transaction)
     if row.state == State.READY:
@@ -258,7 +267,7 @@ def enqueue_batch(specs: list[NewTask], prefix: str = "{}.") -> tuple[list[int],
     database, or an earlier item of the batch): (ids, deduplicated indexes)."""
     kept = {spec.idempotency_key for spec in specs if spec.idempotency_key is not None}
     uniques = any(spec.unique is not None for spec in specs)
-    waits = any(spec.after or spec.key is not None for spec in specs)
+    waits = any(spec.after or spec.key is not None or spec.wait_for is not None for spec in specs)
     in_caller_transaction = connection.in_atomic_block
     if not waits and connection.vendor == "postgresql":
         if uniques:
@@ -268,6 +277,8 @@ def enqueue_batch(specs: list[NewTask], prefix: str = "{}.") -> tuple[list[int],
     for _ in range(3):
         try:
             with transaction.atomic():
+                waited = [(s.wait_for.event, s.wait_for.key) for s in specs if s.wait_for]
+                events.lock_names(waited)  # before any task row's lock
                 blockings: list[dependencies.Blocking | None] = [None] * len(specs)
                 if any(spec.after for spec in specs):
                     blockings = _blockings(specs, prefix)
@@ -276,10 +287,15 @@ def enqueue_batch(specs: list[NewTask], prefix: str = "{}.") -> tuple[list[int],
                 woken: Counter[str] = Counter()
                 if plan.answered:  # task rows first, counter rows last
                     _, deltas, woken = _absorb(plan.answered, plan.now)
+                row_waits = [plan.makers[id(r)].wait_for for r in plan.rows] if waited else []
+                if waited:
+                    events.plan_waits(plan.rows, row_waits, plan.now)
                 line = keys.line_up(plan.rows)
                 Task.objects.bulk_create(plan.rows)
                 if line is not None:
                     line.close()
+                if waited:
+                    events.add_waits(plan.rows, row_waits, plan.now)
                 for spec, slot, blocking in zip(specs, plan.slots, blockings, strict=True):
                     # An item a unique key's holder answered adds no edges to it.
                     made = isinstance(slot, Task) and _made_by(plan, slot, spec)

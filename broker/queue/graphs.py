@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from broker import observe
 from broker.exceptions import InvalidTaskError, UniqueKeyHeld
 from broker.models import Dependency, Task, Workflow
-from broker.queue import counters, keys, unique
+from broker.queue import counters, events, keys, unique
 from broker.queue.base import NewTask, current_time
 from broker.queue.deadletters import cancel_many
 from broker.queue.dependencies import FINISHED
@@ -40,6 +40,9 @@ def enqueue_graph(
     in_caller_transaction = connection.in_atomic_block
     try:
         with transaction.atomic():
+            waits = [task.wait_for for _, task, _, _ in steps]
+            waited = [(w.event, w.key) for w in waits if w is not None]
+            events.lock_names(waited)  # before any task row's lock (broker.queue.events)
             _refuse_kept(idem)
             now = current_time()
             _refuse_held([task for _, task, _, _ in steps], now)
@@ -53,10 +56,14 @@ def enqueue_graph(
                 if after:
                     row.state, row.blockers, row.after_policy = _BLOCKED, len(after), policy
                 rows.append(row)
+            if waited:
+                events.plan_waits(rows, waits, now)
             line = keys.line_up(rows)
             Task.objects.bulk_create(rows, batch_size=500)
             if line is not None:
                 line.close()
+            if waited:
+                events.add_waits(rows, waits, now)
             Dependency.objects.bulk_create(
                 (
                     Dependency(child_id=rows[i].pk, parent_id=rows[index[r]].pk, position=j,

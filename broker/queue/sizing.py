@@ -34,6 +34,7 @@ NULL_BYTES = len("null")  # a checkpoint or result that is not there
 _COLUMNS = [f.name for f in fields(ClaimedTask)]
 _ID, _PAYLOAD = _COLUMNS.index("pk"), _COLUMNS.index("payload")
 _CHECKPOINT, _AFTER_POLICY = _COLUMNS.index("checkpoint"), _COLUMNS.index("after_policy")
+_EVENT = _COLUMNS.index("event")
 
 
 class Bytes(Func):
@@ -86,6 +87,7 @@ def fitting(rows: Sequence[Sequence[Any]]) -> int:
         checkpoint = row[_CHECKPOINT]
         size += DELIVERY_BYTES + len(row[_PAYLOAD]) + parents.get(row[_ID], 0)
         size += NULL_BYTES if checkpoint is None else len(checkpoint)
+        size += NULL_BYTES if row[_EVENT] is None else len(row[_EVENT])
     return len(rows)
 
 

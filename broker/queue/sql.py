@@ -37,6 +37,7 @@ CLAIM_COLUMNS = (
     "checkpoint",
     "key",
     "workflow_id", "ref",
+    "event",
 )  # fmt: skip
 _CLAIM_ORDER = "priority, available_at, id"
 # What a claim answers: the times already as API text (no parsing and formatting per row), and
@@ -69,6 +70,7 @@ _MARKER = ", ".join(["NULL"] * len(CLAIM_COLUMNS))  # and NULL sort keys: it sor
 DELIVERY_SIZE = (
     f"{DELIVERY_BYTES} + octet_length(t.payload)"
     f" + coalesce(octet_length(t.checkpoint), {NULL_BYTES})"
+    f" + coalesce(octet_length(t.event), {NULL_BYTES})"
     " + CASE WHEN t.after_policy IS NULL THEN 0 ELSE (SELECT coalesce(sum("
     f"{PARENT_BYTES} + coalesce(octet_length(p.result), {NULL_BYTES})), 0)"
     " FROM broker_dependency d JOIN broker_task p ON p.id = d.parent_id"
@@ -460,7 +462,8 @@ PENDING = f"""SELECT
           AND lease_deadline < %s),
   EXISTS (SELECT 1 FROM broker_task WHERE state = '{State.DELAYED.value}' AND available_at <= %s),
   EXISTS (SELECT 1 FROM broker_schedule WHERE NOT paused AND next_run_at <= %s),
-  EXISTS (SELECT 1 FROM {DELTA_TABLE})"""
+  EXISTS (SELECT 1 FROM {DELTA_TABLE}),
+  EXISTS (SELECT 1 FROM broker_eventwait WHERE deadline <= %s)"""
 
 
 def _cache_their_parsing() -> None:

@@ -28,6 +28,7 @@ class Pending(NamedTuple):
     due: bool
     scheduled: bool
     deltas: bool
+    waits: bool  # waits for events past their timeout (broker.queue.events)
 
 
 def pending(now: datetime) -> Pending:
@@ -35,7 +36,7 @@ def pending(now: datetime) -> Pending:
     found idle is not run."""
     at = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        cursor.execute(sql.PENDING, [at, at, at])
+        cursor.execute(sql.PENDING, [at, at, at, at])
         row = cursor.fetchone()
     return Pending(*(bool(flag) for flag in row))
 

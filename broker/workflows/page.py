@@ -9,7 +9,7 @@ from typing import Any
 
 from django.urls import reverse
 
-from broker.models import Dependency, Task, Workflow
+from broker.models import Dependency, EventWait, Task, Workflow
 from broker.queue.base import current_time
 from broker.states import TRANSITIONS, State
 from broker.workflows import reading
@@ -73,11 +73,17 @@ def graph(workflow_id: int) -> dict[str, Any] | None:
         .values_list("pk", "ref", "state", "attempts", "claimed_at", "updated_at")
     )
     now = current_time()
+    # A step blocked on an event says which ("blocked, waits for approval"), in one query.
+    blocked = [pk for pk, _, state, *_ in rows if state == State.BLOCKED]
+    waits = dict(
+        EventWait.objects.filter(task_id__in=blocked).values_list("task_id", "name")
+    ) if blocked else {}  # fmt: skip
     nodes = []
     for pk, ref, state, attempts, claimed, updated in rows:
         ms = _duration(state, claimed, updated, now)
+        shown = f"{label(state)}, waits for {waits[pk]}" if pk in waits else label(state)
         nodes.append({
-            "ref": ref, "id": str(pk), "state": state, "label": label(state),
+            "ref": ref, "id": str(pk), "state": state, "label": shown,
             "colour": STATE_COLOURS.get(state, "#000"), "attempts": attempts,
             "url": reverse("admin:broker_task_change", args=[pk]),
             "duration_ms": ms, "duration": None if ms is None else took(ms),

@@ -20,7 +20,7 @@ Sqs = Callable[..., tuple[int, dict[str, Any], Any]]
 # A task's keys as a claim hands it out, in order; GET /jobs/{id} shows these and more.
 DELIVERED_KEYS = (
     "id payload attempts max_attempts queue priority type key created_at available_at"
-    " checkpoint workflow ref after parents"
+    " checkpoint event workflow ref after parents"
 ).split()
 
 

@@ -60,6 +60,8 @@ def test_stats__after_each_kind_of_move__gauges_and_totals(api_client, enqueue, 
         "cancelled": 1,
         "released": 0,
         "deduplicated": 0,
+        "suspended": 0,
+        "events": 0,
     }
     assert body["blocked"] == 0
     assert body["queues"]["a"] == {

@@ -51,6 +51,9 @@ CONTRACT: dict[tuple[str, str], set[str]] = {
     ("get", "/types/{name}"): {"200", "404"},
     ("put", "/types/{name}"): {"201", "200", "400", "409"},
     ("delete", "/types/{name}"): {"204", "404", "409"},
+    ("post", "/events"): {"202", "400"},
+    ("get", "/events"): {"200", "400"},
+    ("post", "/jobs/{task_id}/wait"): {"200", "400", "404", "409"},
 }
 
 

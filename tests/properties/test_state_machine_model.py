@@ -29,8 +29,8 @@ from hypothesis.stateful import (
 
 from broker import queue
 from broker.exceptions import InvalidTransition, LeaseMismatch, TaskNotFound, TaskNotHeld
-from broker.models import CounterDelta, QueueCounter, Task, TaskError
-from broker.queue import NewTask, Unique
+from broker.models import CounterDelta, Event, EventWait, QueueCounter, Task, TaskError
+from broker.queue import NewTask, Unique, WaitFor, events
 from broker.states import COUNTERS, GAUGE_STATES, State
 from tests.properties.depth import DEPTHS, machine_settings
 
@@ -54,6 +54,9 @@ class Model:
     errors: int = 0
     unique_key: str | None = None
     claimed: bool = False  # ever handed out: a unique holder no request may change
+    waits: tuple[str, str] | None = None  # blocked on this event's name and key
+    on_timeout: str | None = None  # the wait's, when it has a timeout
+    delayed_by: bool = False  # a delay_ms it waits out once released
 
 
 class TaskMachine(RuleBasedStateMachine):
@@ -64,10 +67,12 @@ class TaskMachine(RuleBasedStateMachine):
         # A fresh start per example (inside the test's transaction): no tasks, no counters.
         TaskError.objects.all().delete()
         Task.objects.all().delete()
+        Event.objects.all().delete()
         QueueCounter.objects.all().delete()
         CounterDelta.objects.all().delete()
         self.tasks: dict[int, Model] = {}
         self.counters: Counter[str] = Counter()
+        self.kept: set[tuple[str, str]] = set()  # events received (never pruned here)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -292,19 +297,92 @@ class TaskMachine(RuleBasedStateMachine):
         self.counters["requeued"] += 1
         assert Task.objects.get(pk=pk).last_error is None
 
+    # -- events (broker.queue.events) -------------------------------------------------------
+
+    waits = st.builds(
+        WaitFor,
+        event=st.sampled_from(["paid", "approval"]),
+        key=st.sampled_from(["k1", "k2"]),
+        timeout_ms=st.sampled_from([None, HOUR_MS]),
+        on_timeout=st.sampled_from(["cancel", "run"]),
+    )
+
+    def _released(self, pk: int, event: bool = True) -> None:
+        """A blocked task's wait ended: ready, or delayed for its delay_ms."""
+        t = self.tasks[pk]
+        t.state = State.DELAYED if t.delayed_by else State.READY
+        t.available_at, t.waits, t.on_timeout = self._available_at(pk), None, None
+        self.counters["released"] += 1
+
+    @rule(wait=waits, delay_ms=st.sampled_from([0, HOUR_MS]), q=st.sampled_from(QUEUES))
+    def enqueue_waiting(self, wait: WaitFor, delay_ms: int, q: str) -> None:
+        spec = NewTask(payload="1", queue=q, delay_ms=delay_ms, wait_for=wait)
+        pk, created = queue.enqueue(spec)
+        assert created
+        self._new(pk, spec)
+        t = self.tasks[pk]
+        t.delayed_by = bool(delay_ms)
+        if (wait.event, wait.key) not in self.kept:
+            t.state, t.waits = State.BLOCKED, (wait.event, wait.key)
+            t.on_timeout = wait.on_timeout if wait.timeout_ms else None
+        assert (Task.objects.get(pk=pk).event is None) == (t.state == State.BLOCKED)
+
+    @rule(name=st.sampled_from(["paid", "approval"]), key=st.sampled_from(["k1", "k2"]))
+    def post_event(self, name: str, key: str) -> None:
+        waiting = [pk for pk in self._in(State.BLOCKED) if self.tasks[pk].waits == (name, key)]
+        posted = events.post_event(name, key, '{"n": 1}', None)
+        assert posted.released == len(waiting)
+        self.kept.add((name, key))
+        self.counters["events"] += 1
+        for pk in waiting:
+            self._released(pk)
+
+    @precondition(lambda self: self._in(State.HANDED_OUT))
+    @rule(data=st.data(), wait=waits)
+    def suspend(self, data: st.DataObject, wait: WaitFor) -> None:
+        pk = data.draw(st.sampled_from(self._in(State.HANDED_OUT)))
+        t = self.tasks[pk]
+        state = events.suspend(pk, lease_id=t.lease or "", wait=wait, checkpoint='{"at": 1}')
+        t.old_leases.append(t.lease or "")
+        t.lease, t.attempts, t.delayed_by = None, t.attempts - 1, False
+        self.counters["suspended"] += 1
+        if (wait.event, wait.key) in self.kept:
+            assert state == State.READY
+            t.state, t.available_at = State.READY, self._available_at(pk)
+            self.counters["released"] += 1
+        else:
+            assert state == State.BLOCKED
+            t.state, t.waits = State.BLOCKED, (wait.event, wait.key)
+            t.on_timeout = wait.on_timeout if wait.timeout_ms else None
+
+    @precondition(lambda self: any(self.tasks[pk].on_timeout for pk in self._in(State.BLOCKED)))
+    @rule(data=st.data())
+    def wait_times_out(self, data: st.DataObject) -> None:
+        timed = [pk for pk in self._in(State.BLOCKED) if self.tasks[pk].on_timeout]
+        pk = data.draw(st.sampled_from(timed))
+        t = self.tasks[pk]
+        EventWait.objects.filter(task_id=pk).update(deadline=timezone.now() - PAST)  # test-only
+        assert events.expire_waits(timezone.now()) == 1
+        if t.on_timeout == "run":
+            self._released(pk)
+            assert Task.objects.get(pk=pk).event is None
+        else:
+            t.state, t.waits, t.on_timeout = State.CANCELLED, None, None
+            self.counters["cancelled"] += 1
+
     @precondition(lambda self: self.tasks)
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         pk = data.draw(st.sampled_from(sorted(self.tasks)))
         t = self.tasks[pk]
-        if t.state not in (State.READY, State.DELAYED, State.HANDED_OUT):
+        if t.state not in (State.READY, State.DELAYED, State.HANDED_OUT, State.BLOCKED):
             with pytest.raises(InvalidTransition):
                 queue.cancel(pk)
             return
         queue.cancel(pk)
         if t.lease:
             t.old_leases.append(t.lease)
-        t.state, t.lease = State.CANCELLED, None
+        t.state, t.lease, t.waits, t.on_timeout = State.CANCELLED, None, None, None
         self.counters["cancelled"] += 1
 
     @precondition(lambda self: self.tasks)

@@ -208,29 +208,29 @@ def test_pending__each_move_with_work__its_flag_alone(enqueue_task, claim_one, c
     def flags() -> tuple[bool, ...]:
         return tuple(queue.pending(clock.now()))
 
-    assert flags() == (False, False, False, False)
+    assert flags() == (False, False, False, False, False)
     enqueue_task()  # inside the test's transaction: its counts go as deltas, folded later
     assert CounterDelta.objects.exists()
-    assert flags() == (False, False, False, True)
+    assert flags() == (False, False, False, True, False)
     queue.fold_deltas()
-    assert flags() == (False, False, False, False)
+    assert flags() == (False, False, False, False, False)
     claim_one(lease_ms=1000)
     enqueue_task(delay_ms=5000)
     queue.fold_deltas()
-    assert flags() == (False, False, False, False)
+    assert flags() == (False, False, False, False, False)
     clock.advance(1001)
-    assert flags() == (True, False, False, False)
+    assert flags() == (True, False, False, False, False)
     queue.reclaim_expired()  # its backoff ends within a second; the other task's delay at 5 s
     clock.advance(4000)
-    assert flags() == (False, True, False, False)
+    assert flags() == (False, True, False, False, False)
     queue.promote_delayed()
     schedules.create({"name": "s", "every_s": 60, "job": {"payload": {}}})
     queue.fold_deltas()
-    assert flags() == (False, False, False, False)
+    assert flags() == (False, False, False, False, False)
     Schedule.objects.update(next_run_at=clock.now())
-    assert flags() == (False, False, True, False)
+    assert flags() == (False, False, True, False, False)
     Schedule.objects.update(paused=True)
-    assert flags() == (False, False, False, False)
+    assert flags() == (False, False, False, False, False)
 
 
 def test_sweep__idle__one_statement(django_assert_num_queries) -> None:

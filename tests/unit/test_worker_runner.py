@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import threading
@@ -76,7 +77,9 @@ def test_runner__handler_fails__nacks_with_type_message_and_traceback(
     assert summary == reason
     # From the handler's frame on: the worker's own frames above it are left out.
     assert traceback.startswith("Traceback (most recent call last):\n  File ")
-    assert traceback.endswith('worker_fakes.py", line 385, in handler\n    raise self.result')
+    lines, first = inspect.getsourcelines(Job.handler)
+    at = first + next(n for n, text in enumerate(lines) if "raise self.result" in text)
+    assert traceback.endswith(f'worker_fakes.py", line {at}, in handler\n    raise self.result')
     assert "workers/runner.py" not in traceback
 
 
