@@ -120,7 +120,7 @@ QUICK_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # The job types the workers ship, each with a sample payload (contract/jobtypes).
 SAMPLE_TYPES = ("batch_import", "data_transform", "fail_job", "http_fetch", "image_resize",
-                "merge_results", "send_email", "sleep_job")  # fmt: skip
+                "merge_results", "order_payment", "send_email", "sleep_job")  # fmt: skip
 # The /stats totals, in the contract's order.
 COUNTER_NAMES = ("enqueued", "delivered", "acked", "nacked", "reclaimed", "retried", "buried",
                  "requeued", "cancelled", "released", "deduplicated", "suspended",

@@ -241,6 +241,13 @@ def test_submit_e2e__every_sample_type_finishes_and_is_tabled(db_url: str, tmp_p
     assert outcomes["sleep_job"] == ("done", '{"slept_seconds":0.5}')
     assert outcomes["batch_import"] == ("done", '{"rows":60,"resumed_at_row":0,"attempt":1}')
     assert re.search(r"batch_import: \d+% row \d+ of 60", output), output  # as it went
+    # The order waited for its payment (the lease and the attempt given back), submit sent the
+    # event, and the handler resumed with its data and its checkpoint.
+    assert re.search(r"order_payment: waits for 'payment' 'order-\d+'; sent it", output), output
+    order = rows["order_payment"]
+    assert (order[2], order[3]) == ("done", "1"), order
+    # The table cuts the outcome to its column: what it shows of the result.
+    assert re.match(r'\{"order":\d+,"paid":4200,"resumed_with":\{"reserved":', order[4]), order
     assert outcomes["data_transform"] == ("done", '{"NAME":"Ada Lovelace","BORN":1815}')
     assert outcomes["send_email"][0] == "done"
     assert outcomes["send_email"][1].startswith('{"sent_to":"ada@example.com"')

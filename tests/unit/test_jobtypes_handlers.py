@@ -38,6 +38,36 @@ def test_sleep_job__default_is_3_seconds(monkeypatch: pytest.MonkeyPatch) -> Non
     assert slept == [3]
 
 
+# -- order_payment: waits for an event ----------------------------------------------------------
+
+
+def test_order_payment__first_delivery__suspends_for_its_payment() -> None:
+    from workers.job import Job, Suspended
+
+    job = Job.bare({"order": 42})
+    with pytest.raises(Suspended) as suspended:
+        REGISTRY["order_payment"].run(job.payload, job)
+    body = suspended.value.body
+    assert (body["event"], body["key"], body["checkpoint"]) == (
+        "payment", "order-42", {"reserved": 42}
+    )  # fmt: skip
+    assert body["timeout_ms"] == 86_400_000
+
+
+def test_order_payment__released_by_its_payment__finishes_with_its_data() -> None:
+    from workers.job import Job
+
+    delivery = {
+        "task": {"id": "7", "payload": {"order": 42}, "attempts": 1, "checkpoint": {"reserved": 42},
+                 "event": {"id": "3", "name": "payment", "key": "order-42",
+                           "data": {"amount": 4200}, "at": "2026-12-06T18:00:00.000Z"}},
+        "lease_id": "l",
+    }  # fmt: skip
+    job = Job(delivery)
+    result = REGISTRY["order_payment"].run(job.payload, job)
+    assert result == {"order": 42, "paid": 4200, "resumed_with": {"reserved": 42}}
+
+
 # -- batch_import: resumable -------------------------------------------------------------------
 
 
@@ -264,6 +294,7 @@ def test_fail_job__always_raises() -> None:
         "send_email",
         "fail_job",
         "batch_import",
+        "order_payment",
     ],
 )
 def test_handler__payload_not_an_object__invalid_payload_error(name: str) -> None:

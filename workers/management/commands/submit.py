@@ -16,7 +16,7 @@ from urllib.parse import quote
 from django.core.management.base import CommandError, CommandParser
 
 from contract import netpolicy
-from contract.jobtypes import SPECS
+from contract.jobtypes import SPECS, order_payment
 from contract.limits import DEFAULT_PRIORITY, DEFAULT_QUEUE, PRIORITIES
 from contract.wording import counted
 from workers.client import BrokerClient, BrokerError, BrokerUnavailableError
@@ -35,6 +35,10 @@ OUTCOME_WIDTH = 60
 _SAMPLE: Any = object()  # --payload not given (null is a payload like any other)
 
 
+# The data of the payment event submit sends for its sample order.
+PAYMENT = {"amount": 4200, "currency": "EUR"}
+
+
 class TaskClient(BrokerClient):
     """BrokerClient plus GET /jobs/{id} and GET /workflows/{id}, which only this command needs."""
 
@@ -45,6 +49,15 @@ class TaskClient(BrokerClient):
     def workflow(self, workflow_id: str) -> dict[str, Any]:
         """GET /workflows/{id}. Raises BrokerError (404, ...) or BrokerUnavailableError."""
         return self._get(f"/workflows/{quote(workflow_id, safe='')}")
+
+    def send_event(self, name: str, key: str, data: Any) -> dict[str, Any]:
+        """POST /events. Raises BrokerError unless it is answered 202."""
+        status, answer = self._send_or_raise("POST", "/events", {"name": name, "key": key,
+                                                                  "data": data})  # fmt: skip
+        if status != 202:
+            raise BrokerError(status, _error(answer))
+        body: dict[str, Any] = answer
+        return body
 
     def _get(self, url: str) -> dict[str, Any]:
         response = self._send("GET", url, until=time.monotonic() + self._give_up_s)
@@ -123,9 +136,11 @@ def wait_for(
     interval_s: float,
     progress: Callable[[int, int], None] | None = None,
     reported: Callable[[dict[str, Any]], None] | None = None,
+    fetched: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     """Poll each unfinished task until all are done, dead or cancelled, or timeout_s passes;
-    `reported(task)` for each task whose progress report is new.
+    `reported(task)` for each task whose progress report is new, `fetched(task)` for each
+    task fetched.
 
     Returns (the tasks' last seen bodies in ids order, whether all finished).
     """
@@ -140,6 +155,8 @@ def wait_for(
                 now = seen[task_id].get("progress")
                 if reported is not None and now is not None and now != before:
                     reported(seen[task_id])
+                if fetched is not None:
+                    fetched(seen[task_id])
         now_finished = sum(seen[i]["state"] in FINISHED for i in ids)
         if progress is not None and now_finished != finished:
             progress(now_finished, len(ids))
@@ -222,6 +239,7 @@ class Command(BrokerCommand):
             self._list(names, broker)
             return
         client = TaskClient(broker, token=api_token())
+        self._paid: set[str] = set()
         workflow: dict[str, Any] | None = None
         try:
             ids, refused = self._submit(client, names, broker, options)
@@ -238,6 +256,7 @@ class Command(BrokerCommand):
                     interval_s=options["interval_ms"] / 1000,
                     progress=self._progress,
                     reported=self._reported,
+                    fetched=lambda task: self._pay(client, task),
                 )
             if steps:
                 workflow = client.workflow(workflow_id)
@@ -326,6 +345,23 @@ class Command(BrokerCommand):
 
     def _reported(self, task: dict[str, Any]) -> None:
         self.stderr.write(f"{task['id']} {progress_line(task)}", style_func=str)
+
+    def _pay(self, client: TaskClient, task: dict[str, Any]) -> None:
+        """The sample order waits for its payment: once it does, send the payment's event, as
+        a payment provider's webhook would (docs/events.md)."""
+        waiting = task.get("waiting") or {}
+        if task.get("type") != order_payment.SPEC.name or waiting.get("reason") != "event":
+            return
+        if task["id"] in self._paid:
+            return
+        self._paid.add(task["id"])
+        key = waiting.get("key") or ""
+        answer = client.send_event(order_payment.EVENT, key, PAYMENT)
+        self.stderr.write(
+            f"{task['id']} order_payment: waits for {order_payment.EVENT!r} {key!r}; sent it "
+            f"(POST /events released {answer['released']})",
+            style_func=str,
+        )
 
 
 DIAMOND = "sample-diamond"
