@@ -86,7 +86,7 @@ def test_handlers__module_in_the_working_directory__registered_run_and_failures_
     # The start line, at the default level: broker, queues, handlers, concurrency.
     start = next(line for line in worker.output().splitlines() if "worker on " in line)
     assert f"worker on {broker}: queues all, concurrency 3, " in start
-    assert start.endswith("handlers explode (shop_jobs), resize_image (shop_jobs) and 9 "
+    assert start.endswith("handlers explode (shop_jobs), resize_image (shop_jobs) and 10 "
                           "built-in types")  # fmt: skip
 
     # Registered at start: the schema, the docstring's first line.

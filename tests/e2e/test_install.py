@@ -206,7 +206,7 @@ def test_installed__runworker_runs_a_handler_module_of_yours(
         "done", {"path": "cat-400.png", "width": 400, "height": 300},
     )  # fmt: skip
     assert (second["state"], second["result"]["path"]) == ("done", "dog-800.jpg")
-    assert "handlers resize_image (images) and 9 built-in types" in worker.output()
+    assert "handlers resize_image (images) and 10 built-in types" in worker.output()
 
 
 def _guide_blocks(language: str) -> list[str]:

@@ -276,7 +276,7 @@ def test_runworker__handlers__types_registered_then_their_tasks_run(
     assert proc.wait(10) == 0
     shown = stderr_of(tmp_path)
     assert "job type resize_image registered" in shown
-    assert "handlers resize_image (shop_jobs) and 9 built-in types" in shown
+    assert "handlers resize_image (shop_jobs) and 10 built-in types" in shown
 
 
 def test_runworker__handlers_from_the_environment__as_the_flag(
