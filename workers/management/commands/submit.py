@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -218,6 +219,12 @@ class Command(BrokerCommand):
             help="list the job types and their sample payloads, submit nothing",
         )
         parser.add_argument(
+            "--approval",
+            action="store_true",
+            help="submit only a sample workflow whose 'review' step waits for a staff member's "
+            "approval in admin (Approvals), and poll until it finishes (give --timeout room)",
+        )
+        parser.add_argument(
             "--timeout",
             type=positive_int,
             default=120,
@@ -235,17 +242,28 @@ class Command(BrokerCommand):
         log_to_stderr(options["verbosity"])
         broker = options["broker"].rstrip("/")
         names = self._chosen_types(options["job_type"], options["payload"])
+        if options["approval"]:
+            if options["job_type"] is not None or options["list"]:
+                raise CommandError("--approval goes without --type and --list")
+            names = []
         if options["list"]:
             self._list(names, broker)
             return
         client = TaskClient(broker, token=api_token())
         self._paid: set[str] = set()
+        self._broker = broker
         workflow: dict[str, Any] | None = None
         try:
             ids, refused = self._submit(client, names, broker, options)
             steps: list[str] = []
-            if options["job_type"] is None and not options["no_workflow"]:
-                workflow_id, steps = self._submit_diamond(client, options, refused)
+            if options["approval"]:
+                workflow_id, steps = self._submit_workflow(
+                    client, APPROVAL, approval_steps(options, broker), refused
+                )
+            elif options["job_type"] is None and not options["no_workflow"]:
+                workflow_id, steps = self._submit_workflow(
+                    client, DIAMOND, diamond_steps(options), refused
+                )
             if options["no_poll"]:
                 tasks, all_finished = [client.task(i) for i in ids + steps], True
             else:
@@ -325,19 +343,27 @@ class Command(BrokerCommand):
                 self.stderr.write(f"refused {name}: {status} {_error(answer)}", style_func=str)
         return ids, refused
 
-    def _submit_diamond(
-        self, client: TaskClient, options: dict[str, Any], refused: list[str]
+    def _submit_workflow(
+        self, client: TaskClient, name: str, steps: list[dict[str, Any]], refused: list[str]
     ) -> tuple[str, list[str]]:
-        """POST /workflows with the sample diamond; (its id, its step task ids in order)."""
-        status, answer = client.submit_workflow(DIAMOND, diamond_steps(options))
+        """POST /workflows with a sample; (its id, its step task ids in order)."""
+        status, answer = client.submit_workflow(name, steps)
         if status != 201:
-            refused.append(f"workflow {DIAMOND}")
+            refused.append(f"workflow {name}")
             self.stderr.write(f"refused workflow: {status} {_error(answer)}", style_func=str)
             return "", []
         self.stderr.write(
-            f"submitted workflow {DIAMOND}: {answer['id']} (GET /workflows/{answer['id']})",
+            f"submitted workflow {name}: {answer['id']} (GET /workflows/{answer['id']})",
             style_func=str,
         )
+        for step in steps:
+            waits = step["job"].get("wait_for")
+            if waits is not None and waits["event"] == "approval":
+                self.stderr.write(
+                    f"its step {step['ref']!r} waits for approval: approve it in admin, "
+                    f"Approvals ({self._broker}/admin/broker/approval/), key {waits['key']!r}",
+                    style_func=str,
+                )
         return answer["id"], list(answer["tasks"].values())
 
     def _progress(self, finished: int, total: int) -> None:
@@ -384,6 +410,29 @@ def diamond_steps(options: dict[str, Any]) -> list[dict[str, Any]]:
         {"ref": "right", "job": job("merge_results", {"label": "right"}), "after": ["extract"]},
         {"ref": "load", "job": job("merge_results", {"label": "load"}),
          "after": ["left", "right"]},
+    ]  # fmt: skip
+
+
+APPROVAL = "sample-approval"
+
+
+def approval_steps(options: dict[str, Any], broker: str) -> list[dict[str, Any]]:
+    """draft (data_transform) → review (merge_results, released by the event `approval` that
+    admin's Approve or Reject button posts) → publish (merge_results, reading the review)."""
+    key = f"sample-{secrets.token_hex(4)}"  # a fresh key: a kept approval would release it
+
+    def job(type_: str, payload: Any, **extra: Any) -> dict[str, Any]:
+        return {**enqueue_body(type_, payload, priority=options["priority"],
+                               queue=options["queue"], max_attempts=options["max_attempts"]),
+                **extra}  # fmt: skip
+
+    review = {"event": "approval", "key": key, "timeout_ms": options["timeout"] * 1000}
+    return [
+        {"ref": "draft", "job": job("data_transform", SPECS["data_transform"].sample(broker))},
+        {"ref": "review", "job": job("merge_results", {"label": "review"}, wait_for=review),
+         "after": ["draft"]},
+        {"ref": "publish", "job": job("merge_results", {"label": "publish"}),
+         "after": ["review"]},
     ]  # fmt: skip
 
 
