@@ -117,7 +117,13 @@ def api_refusal(request: HttpRequest, open_path: bool) -> HttpResponse | None:
         return json_error(413, f"The request body is over the {limit}-byte limit.")
     if open_path:
         return None
-    access = auth.authenticate(request.META.get("HTTP_AUTHORIZATION", ""))
+    try:
+        access = auth.authenticate(request.META.get("HTTP_AUTHORIZATION", ""))
+    except DatabaseError as exc:
+        # A process that never read the tokens yet, asking while the database is away (a
+        # failover): a 503 to retry, as any request the database cannot answer, not a 500.
+        log.warning("token check answered with 503: %s", exc)
+        return error_response(DatabaseUnavailable())
     if access is None:
         response = json_error(401, "Missing or wrong bearer token.")
         response["WWW-Authenticate"] = 'Bearer realm="broker"'

@@ -462,6 +462,11 @@ def test_database_away__known_tokens_still_checked__unknown_state_raises(
         auth._cache.generation = None
     with pytest.raises(OperationalError):
         auth.closed()
+    # A request then: a 503 to retry, as for any request the database cannot answer, not a 500
+    # (seen in the vanished-host test: a process's first token check during the failover).
+    answer = call("post", "/jobs", secret, {"payload": 1})
+    assert (answer.status_code, answer["Content-Type"]) == (503, "application/json"), answer
+    assert "error" in answer.json()
 
 
 def test_unique_enqueues__single_and_batch__show_their_token(tenants: dict[str, str]) -> None:
