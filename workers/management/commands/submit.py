@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,16 +27,18 @@ from workers.management.commands._common import (
     positive_int,
     queue_name,
 )
-from workers.producer import body_template
+from workers.management.commands._submit_samples import (
+    APPROVAL,
+    DIAMOND,
+    PAYMENT,
+    approval_steps,
+    diamond_steps,
+    enqueue_body,
+)
+from workers.management.commands._submit_tables import progress_line, table, workflow_table
 
 FINISHED = frozenset({"done", "dead", "cancelled"})
-COLUMNS = ("ID", "TYPE", "PRIORITY", "STATE", "ATTEMPTS", "RESULT / LAST ERROR")
-OUTCOME_WIDTH = 60
 _SAMPLE: Any = object()  # --payload not given (null is a payload like any other)
-
-
-# The data of the payment event submit sends for its sample order.
-PAYMENT = {"amount": 4200, "currency": "EUR"}
 
 
 class TaskClient(BrokerClient):
@@ -82,51 +83,6 @@ def _error(body: Any) -> str:
         fields = body.get("fields")
         return f"{body['error']}" + (f" {json.dumps(fields)}" if fields else "")
     return str(body)
-
-
-def enqueue_body(
-    name: str, payload: Any, *, priority: str, queue: str, max_attempts: int
-) -> dict[str, Any]:
-    """The POST /jobs body for one typed task."""
-    shared = body_template(
-        fail=False, max_attempts=max_attempts, delay_ms=0, queue=queue, priority=priority
-    )
-    return {**shared, "type": name, "payload": payload}
-
-
-def outcome(task: dict[str, Any]) -> str:
-    """What to show for a task: its result once done, else its last error, else "-"; one line."""
-    if task.get("state") == "done":
-        text = json.dumps(task.get("result"), ensure_ascii=False, separators=(",", ":"))
-    elif task.get("last_error"):
-        text = str(task["last_error"])
-    else:
-        return "-"
-    # One line per task: an error may carry a whole traceback.
-    first, *rest = text.strip().splitlines() or [""]
-    if rest or len(first) > OUTCOME_WIDTH:
-        return first[: OUTCOME_WIDTH - 1] + "…"
-    return first
-
-
-def table(tasks: Sequence[dict[str, Any]]) -> str:
-    """A plain fixed-width status table, one row per task, header first."""
-    rows = [COLUMNS] + [
-        (
-            t["id"],
-            t.get("type") or "-",
-            t.get("priority", "-"),
-            t.get("state", "-"),
-            str(t.get("attempts", "-")),
-            outcome(t),
-        )
-        for t in tasks
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
-        for row in rows
-    )
 
 
 def wait_for(
@@ -388,79 +344,6 @@ class Command(BrokerCommand):
             f"(POST /events released {answer['released']})",
             style_func=str,
         )
-
-
-DIAMOND = "sample-diamond"
-
-
-def diamond_steps(options: dict[str, Any]) -> list[dict[str, Any]]:
-    """extract (data_transform) → left and right (merge_results, each reading extract's
-    result) → load (merge_results, reading both): a fan-out and a fan-in."""
-    sample = SPECS["data_transform"].sample("")
-
-    def job(type_: str, payload: Any) -> dict[str, Any]:
-        return enqueue_body(
-            type_, payload, priority=options["priority"], queue=options["queue"],
-            max_attempts=options["max_attempts"],
-        )  # fmt: skip
-
-    return [
-        {"ref": "extract", "job": job("data_transform", sample)},
-        {"ref": "left", "job": job("merge_results", {"label": "left"}), "after": ["extract"]},
-        {"ref": "right", "job": job("merge_results", {"label": "right"}), "after": ["extract"]},
-        {"ref": "load", "job": job("merge_results", {"label": "load"}),
-         "after": ["left", "right"]},
-    ]  # fmt: skip
-
-
-APPROVAL = "sample-approval"
-
-
-def approval_steps(options: dict[str, Any], broker: str) -> list[dict[str, Any]]:
-    """draft (data_transform) → review (merge_results, released by the event `approval` that
-    admin's Approve or Reject button posts) → publish (merge_results, reading the review)."""
-    key = f"sample-{secrets.token_hex(4)}"  # a fresh key: a kept approval would release it
-
-    def job(type_: str, payload: Any, **extra: Any) -> dict[str, Any]:
-        return {**enqueue_body(type_, payload, priority=options["priority"],
-                               queue=options["queue"], max_attempts=options["max_attempts"]),
-                **extra}  # fmt: skip
-
-    review = {"event": "approval", "key": key, "timeout_ms": options["timeout"] * 1000}
-    return [
-        {"ref": "draft", "job": job("data_transform", SPECS["data_transform"].sample(broker))},
-        {"ref": "review", "job": job("merge_results", {"label": "review"}, wait_for=review),
-         "after": ["draft"]},
-        {"ref": "publish", "job": job("merge_results", {"label": "publish"}),
-         "after": ["review"]},
-    ]  # fmt: skip
-
-
-def workflow_table(workflow: dict[str, Any], tasks: Sequence[dict[str, Any]]) -> str:
-    """The workflow's state, then a row per step: ref, id, after, state, result."""
-    results = {t["id"]: t for t in tasks}
-    rows = [("REF", "ID", "AFTER", "STATE", "RESULT / LAST ERROR")] + [
-        (s["ref"], s["id"], ",".join(s["after"]) or "-", s["state"],
-         outcome(results.get(s["id"], s)))
-        for s in workflow["steps"]
-    ]  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
-             for row in rows]  # fmt: skip
-    head = f"\nworkflow {workflow['id']} ({workflow['name']}): {workflow['state']}"
-    return "\n".join([head, *lines])
-
-
-def progress_line(task: dict[str, Any]) -> str:
-    """A task's last progress report, one line: "batch_import: 40% row 24 of 60"."""
-    shown = task.get("progress") or {}
-    fraction, message = shown.get("fraction"), shown.get("message")
-    parts = [f"{task.get('type') or 'task'}:"]
-    if fraction is not None:
-        parts.append(f"{fraction:.0%}")
-    if message:
-        parts.append(str(message).splitlines()[0][:OUTCOME_WIDTH])
-    return " ".join(parts)
 
 
 def _guarded(status: int, answer: Any) -> bool:
