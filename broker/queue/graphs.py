@@ -17,7 +17,8 @@ from broker.queue import counters, events, keys, unique
 from broker.queue.base import NewTask, current_time
 from broker.queue.deadletters import cancel_many
 from broker.queue.dependencies import FINISHED
-from broker.queue.enqueue import _EVENTS, _new_row
+from broker.queue.enqueue import _EVENTS
+from broker.queue.newrows import new_row
 from broker.states import TRANSITIONS, State
 from broker.wakeup import announce
 
@@ -51,7 +52,7 @@ def enqueue_graph(
             waited_for = Counter(index[r] for _, _, after, _ in steps for r in after)
             rows = []
             for i, (ref, task, after, policy) in enumerate(steps):
-                row = _new_row(task, now)
+                row = new_row(task, now)
                 row.workflow, row.ref, row.children = workflow, ref, waited_for[i]
                 if after:
                     row.state, row.blockers, row.after_policy = _BLOCKED, len(after), policy
