@@ -15,11 +15,12 @@ from broker.api import parsing
 from broker.api.base import BrokerView
 from broker.api.errors import ValidationFailed
 from broker.api.representation import timestamp
+from broker.enqueueoptions import WaitForSerializer, wait_from_attrs
 from broker.exceptions import TaskNotFound, TaskNotHeld
 from broker.models import Event
 from broker.queue import events
 from broker.tokens import access
-from broker.validation import AnyJSONField, WaitForSerializer, wait_from_attrs
+from broker.validation import AnyJSONField
 from contract import limits
 from contract.errors import flatten
 from contract.fields import StrictSerializer, StrictString
