@@ -13,13 +13,10 @@ deadlocks, and the model then holds whatever order they took."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
 import pytest
-from django.db import connection
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -34,9 +31,9 @@ from broker.exceptions import InvalidTaskError, TaskNotHeld
 from broker.models import CounterDelta, Dependency, QueueCounter, Task, TaskError, Workflow
 from broker.queue import NewTask, Unique
 from broker.states import State
-from tests.concurrency.conftest import in_thread
 from tests.conftest import _on_postgres
 from tests.properties.depth import DEPTHS, machine_settings
+from tests.properties.races import race
 
 LIVE = (State.READY, State.DELAYED, State.HANDED_OUT, State.BLOCKED)
 
@@ -92,27 +89,6 @@ class Graph(RuleBasedStateMachine):
         return sorted(
             pk for pk, node in self.nodes.items() if node.state in states and not node.raced
         )
-
-    def _race(self, data: st.DataObject, actions: list[Callable[[], None]]) -> None:
-        """Run the actions at once (PostgreSQL: threads behind one barrier), or one after
-        another in a drawn order (SQLite); raise what any raised."""
-        if connection.vendor != "postgresql":
-            for i in data.draw(st.permutations(range(len(actions)))):
-                actions[i]()
-            return
-        go = threading.Barrier(len(actions))
-        errors: list[BaseException] = []
-
-        def gated(action: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                go.wait(30)
-                action()
-
-            return run
-
-        for thread in [in_thread(gated(action), errors) for action in actions]:
-            thread.join(60)
-        assert not errors, errors[0]
 
     def _promote(self, pk: int) -> None:
         """A nacked task with attempts left: its backoff ends now (test-only), and the sweeper's
@@ -260,7 +236,7 @@ class Graph(RuleBasedStateMachine):
                 queue.cancel(pk)
             ended.append(State.CANCELLED if how == "cancel" else State.DONE)
 
-        self._race(data, [settle, *(lambda n=n: produce(n) for n in names)])
+        race(data, [settle, *(lambda n=n: produce(n) for n in names)])
         # Under "done", a cancel first refuses the enqueues after it: which ones made a child
         # hangs on the race.
         raced = (how, policy) == ("cancel", "done")
@@ -319,7 +295,7 @@ class Graph(RuleBasedStateMachine):
             except TaskNotHeld:
                 answers[pk] = TaskNotHeld
 
-        self._race(
+        race(
             data,
             [lambda: moved.append(queue.cancel_steps(workflow)),
              *(lambda pk=pk: ack(pk) for pk in acking)],

@@ -12,13 +12,10 @@ SQLite and PostgreSQL alike."""
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
-from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -41,9 +38,9 @@ from broker.models import (
 )
 from broker.queue import NewTask
 from broker.states import GAUGE_STATES, State
-from tests.concurrency.conftest import in_thread
 from tests.conftest import _on_postgres
 from tests.properties.depth import DEPTHS, machine_settings
+from tests.properties.races import race
 
 Q = "line"
 FINISHED = {State.DONE, State.DEAD, State.CANCELLED}
@@ -69,27 +66,6 @@ class Lines(RuleBasedStateMachine):
 
     def _first_unfinished(self, key: str, states: dict[int, str]) -> int | None:
         return next((pk for pk in self.lines[key] if states[pk] not in FINISHED), None)
-
-    def _race(self, data: st.DataObject, actions: list[Callable[[], None]]) -> None:
-        """Run the actions at once (PostgreSQL: threads behind one barrier), or one after
-        another in a drawn order (SQLite); raise what any raised."""
-        if connection.vendor != "postgresql":
-            for i in data.draw(st.permutations(range(len(actions)))):
-                actions[i]()
-            return
-        go = threading.Barrier(len(actions))
-        errors: list[BaseException] = []
-
-        def gated(action: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                go.wait(30)
-                action()
-
-            return run
-
-        for thread in [in_thread(gated(action), errors) for action in actions]:
-            thread.join(60)
-        assert not errors, errors[0]
 
     def _put(self, key: str | None, attempts: int) -> int:
         pk, _ = queue.enqueue(NewTask(payload=json.dumps(key), queue=Q, key=key,
@@ -144,7 +120,7 @@ class Lines(RuleBasedStateMachine):
         def produce(key: str) -> None:
             made.append((self._put(key, 2), key))
 
-        self._race(
+        race(
             data,
             [lambda: queues.update(Q, {"ordered": True}), *(lambda k=k: produce(k) for k in keys)],
         )
